@@ -1,0 +1,36 @@
+"""Storage for past answers, served replies and knowledge-base articles; knows nothing about LLMs."""
+
+from cache.embedder import Embedder
+from cache.records import (
+    ArticleHit,
+    ArticleRecord,
+    CachedAnswer,
+    DashboardStats,
+    EntryPage,
+    Hit,
+    NewAnswer,
+    NewReply,
+    QuestionCount,
+    ReplyRecord,
+)
+from cache.store import AnswerCache
+from cache.text import normalize_question
+from cache.vector_index import IndexHit, VectorIndex
+
+__all__ = [
+    "AnswerCache",
+    "ArticleHit",
+    "ArticleRecord",
+    "CachedAnswer",
+    "DashboardStats",
+    "Embedder",
+    "EntryPage",
+    "Hit",
+    "IndexHit",
+    "NewAnswer",
+    "NewReply",
+    "QuestionCount",
+    "ReplyRecord",
+    "VectorIndex",
+    "normalize_question",
+]

@@ -1,0 +1,67 @@
+"""Dashboard numbers computed from plain reply rows, kept apart from the database code."""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from collections.abc import Sequence
+from typing import Protocol
+
+from cache.records import DashboardStats, QuestionCount
+from cache.text import normalize_question
+
+TOP_QUESTIONS = 10
+
+
+class ReplyRow(Protocol):
+    question: str
+    stats: dict
+    reference_entry_ids: list[int]
+    exact_hit: bool
+    feedback: int | None
+
+
+def summarize(replies: Sequence[ReplyRow], entries: int, articles: int) -> DashboardStats:
+    """Hit rates, speedups and seconds saved over every reply served."""
+    count = len(replies)
+    exact_hits = sum(1 for reply in replies if reply.exact_hit)
+    referenced = sum(1 for reply in replies if reply.reference_entry_ids)
+    unreferenced = [reply for reply in replies if not reply.exact_hit and not reply.reference_entry_ids]
+    speedups = [s for s in (number_stat(reply.stats, "speedup") for reply in replies) if s is not None]
+    return DashboardStats(
+        entries=entries,
+        articles=articles,
+        replies=count,
+        exact_hits=exact_hits,
+        exact_hit_rate=exact_hits / count if count else 0.0,
+        reference_hit_rate=referenced / count if count else 0.0,
+        mean_speedup=statistics.fmean(speedups) if speedups else None,
+        median_speedup=statistics.median(speedups) if speedups else None,
+        seconds_saved=sum(_seconds_saved(reply.stats) for reply in replies),
+        positive_feedback=sum(1 for reply in replies if reply.feedback == 1),
+        negative_feedback=sum(1 for reply in replies if reply.feedback == -1),
+        top_questions=top_questions(replies),
+        replies_without_references=len(unreferenced),
+        top_unreferenced_questions=top_questions(unreferenced),
+    )
+
+
+def top_questions(replies: Sequence[ReplyRow], limit: int = TOP_QUESTIONS) -> list[QuestionCount]:
+    """The most asked questions, grouped by normalized text and shown as first asked."""
+    counts = Counter(normalize_question(reply.question) for reply in replies)
+    first_asked: dict[str, str] = {}
+    for reply in replies:
+        first_asked.setdefault(normalize_question(reply.question), reply.question)
+    return [QuestionCount(first_asked[key], n) for key, n in counts.most_common(limit)]
+
+
+def _seconds_saved(stats: dict) -> float:
+    greedy, actual = number_stat(stats, "greedy_seconds_estimate"), number_stat(stats, "seconds")
+    return greedy - actual if greedy is not None and actual is not None else 0.0
+
+
+def number_stat(stats: dict, key: str) -> float | None:
+    """stats[key] as a float, or None when it is missing or not a number."""
+    value = stats.get(key) if isinstance(stats, dict) else None
+    is_number = isinstance(value, int | float) and not isinstance(value, bool)
+    return float(value) if is_number else None

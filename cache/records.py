@@ -1,0 +1,133 @@
+"""Plain dataclasses the cache takes and returns, so no caller ever holds an ORM row."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+
+@dataclass(frozen=True, kw_only=True)
+class NewAnswer:
+    """An answer to cache; (normalized question, context_key, model_id, prompt_hash) identify it."""
+
+    question: str
+    answer: str
+    answer_ids: list[int]
+    model_id: str
+    context: str = ""
+    context_key: str = ""
+    prompt_hash: str = ""
+    article_ids: list[str] = field(default_factory=list)
+    stats: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CachedAnswer:
+    id: int
+    question: str
+    normalized_question: str
+    context: str
+    context_key: str
+    answer: str
+    answer_ids: list[int]
+    model_id: str
+    prompt_hash: str
+    article_ids: list[str]
+    stats: dict
+    created_at: datetime
+    updated_at: datetime
+    last_used_at: datetime
+    hits: int
+    uses: int
+
+
+@dataclass(frozen=True)
+class Hit:
+    """A similar past answer; `score` is cosine similarity in [-1, 1]."""
+
+    id: int
+    question: str
+    answer: str
+    answer_ids: list[int]
+    score: float
+
+
+@dataclass(frozen=True)
+class EntryPage:
+    entries: list[CachedAnswer]
+    total: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class NewReply:
+    """A chat turn as served; `entry_id` is the cached answer it was served from or stored as."""
+
+    question: str
+    answer: str
+    entry_id: int | None = None
+    history: list = field(default_factory=list)
+    stats: dict = field(default_factory=dict)
+    reference_entry_ids: list[int] = field(default_factory=list)
+    exact_hit: bool = False
+    session_id: str = ""
+
+
+@dataclass(frozen=True)
+class ReplyRecord:
+    id: int
+    entry_id: int | None
+    question: str
+    answer: str
+    history: list
+    stats: dict
+    reference_entry_ids: list[int]
+    exact_hit: bool
+    feedback: int | None
+    feedback_reason: str
+    verified: bool | None
+    measured_speedup: float | None
+    session_id: str
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class ArticleRecord:
+    id: str
+    title: str
+    body: str
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class ArticleHit:
+    id: str
+    title: str
+    body: str
+    score: float
+
+
+@dataclass(frozen=True)
+class QuestionCount:
+    question: str
+    count: int
+
+
+@dataclass(frozen=True)
+class DashboardStats:
+    """Totals over all replies; rates are fractions in [0, 1], speedups are None with no data."""
+
+    entries: int
+    articles: int
+    replies: int
+    exact_hits: int
+    exact_hit_rate: float
+    reference_hit_rate: float
+    mean_speedup: float | None
+    median_speedup: float | None
+    seconds_saved: float
+    positive_feedback: int
+    negative_feedback: int
+    top_questions: list[QuestionCount]
+    replies_without_references: int
+    top_unreferenced_questions: list[QuestionCount]

@@ -1,0 +1,76 @@
+"""The shipped help-center articles and benchmark questions for Nimbus Drive, loaded as plain Python data."""
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+DATA_DIR = Path(__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class Question:
+    """One wording of a user's need; `article` is the id that answers it, or None when no article does."""
+
+    group: str
+    question: str
+    article: str | None
+    follow_up: bool = False
+
+
+def _question_from_row(row: object) -> Question:
+    """Build a Question from one decoded JSON line, raising ValueError on a wrong shape."""
+    if not isinstance(row, dict):
+        raise ValueError("expected a JSON object")
+    group, question, article = row.get("group"), row.get("question"), row.get("article")
+    follow_up = row.get("follow_up", False)
+    if not isinstance(group, str) or not group:
+        raise ValueError("'group' must be a non-empty string")
+    if not isinstance(question, str) or not question.strip():
+        raise ValueError("'question' must be a non-empty string")
+    if article is not None and not isinstance(article, str):
+        raise ValueError("'article' must be a string or null")
+    if not isinstance(follow_up, bool):
+        raise ValueError("'follow_up' must be true or false")
+    return Question(group=group, question=question, article=article, follow_up=follow_up)
+
+
+def load_questions(path: str | Path = DATA_DIR / "questions.jsonl") -> list[Question]:
+    """Read one Question per non-blank line of a JSONL file, in file order."""
+    questions = []
+    with open(path, encoding="utf-8") as lines:
+        for line_no, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                questions.append(_question_from_row(json.loads(line)))
+            except ValueError as err:  # json.JSONDecodeError is a ValueError too
+                raise ValueError(f"{path}, line {line_no}: {err}") from err
+    return questions
+
+
+def load_articles(path: str | Path = DATA_DIR / "articles.json") -> dict[str, str]:
+    """Read the article id -> text mapping from a JSON object of strings."""
+    with open(path, encoding="utf-8") as file:
+        try:
+            articles = json.load(file)
+        except ValueError as err:
+            raise ValueError(f"{path}: not valid JSON: {err}") from err
+    if not isinstance(articles, dict):
+        raise ValueError(f"{path}: expected a JSON object mapping article id to text")
+    for article_id, text in articles.items():
+        if not isinstance(text, str):
+            raise ValueError(f"{path}: article {article_id!r} must be a string")
+    return articles
+
+
+def group_questions(questions: list[Question]) -> dict[str, list[Question]]:
+    """Collect questions by group, keeping groups and their lines in file order."""
+    groups: dict[str, list[Question]] = {}
+    for question in questions:
+        groups.setdefault(question.group, []).append(question)
+    return groups
+
+
+def article_title(text: str) -> str:
+    """Return an article's title, its first line."""
+    return text.split("\n", 1)[0].strip()

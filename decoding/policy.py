@@ -1,0 +1,109 @@
+"""Copy policies: given a match, how many reference tokens to draft (the paper's copy length k).
+
+A policy is a frozen description shared by all calls; `start()` returns the per-call state.
+"""
+
+from dataclasses import dataclass, field
+
+from .cost_model import CostCurve
+from .reference_index import Match
+
+
+@dataclass(frozen=True)
+class FixedCopyPolicy:
+    """The paper's rule: whenever the last n tokens match a reference, copy the next k."""
+
+    match_len: int = 1  # n
+    copy_len: int = 15  # k
+
+    def __post_init__(self) -> None:
+        if self.match_len < 1 or self.copy_len < 1:
+            raise ValueError("match_len and copy_len must be at least 1")
+
+    def start(self) -> "FixedDrafter":
+        return FixedDrafter(self)
+
+
+@dataclass
+class FixedDrafter:
+    policy: FixedCopyPolicy
+
+    def copy_len(self, match: Match, continuing: bool, available: int) -> int:
+        return min(self.policy.copy_len, available) if match.match_len >= self.policy.match_len else 0
+
+    def record(self, match: Match, continuing: bool, drafted: int, accepted: int) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class AdaptiveCopyPolicy:
+    """Drafts only when the expected accepted tokens pay for the larger verification forward.
+
+    Each drafted token is modelled as accepted with probability p, given the ones before it were
+    (so a draft of k yields 1 + p + ... + p^k tokens). p is estimated per call from what was
+    accepted so far, separately for drafts that continue the last copied run and for fresh
+    matches of each match length, starting from priors that were tuned on the benchmark.
+    """
+
+    cost: CostCurve
+    min_match_len: int = 1
+    max_copy_len: int = 48
+    # Prior acceptance for a fresh match of length 1, 2, ... (the last value covers longer ones).
+    prior_by_match_len: tuple[float, ...] = (0.25, 0.4, 0.55, 0.65, 0.75, 0.8)
+    prior_continuing: float = 0.85  # the previous draft was fully accepted and this one follows it
+    prior_strength: float = 4.0  # how many observed drafted tokens the prior is worth
+    min_gain: float = 1.05  # draft only if expected speed beats a plain step by this factor
+
+    def start(self) -> "AdaptiveDrafter":
+        return AdaptiveDrafter(self)
+
+
+@dataclass
+class AdaptiveDrafter:
+    policy: AdaptiveCopyPolicy
+    accepted: dict[str, float] = field(default_factory=dict)
+    rejected: dict[str, float] = field(default_factory=dict)
+
+    def copy_len(self, match: Match, continuing: bool, available: int) -> int:
+        if match.match_len < self.policy.min_match_len:
+            return 0
+        p = self.acceptance(self._bucket(match, continuing))
+        return best_copy_len(p, self.policy.cost, min(self.policy.max_copy_len, available), self.policy.min_gain)
+
+    def record(self, match: Match, continuing: bool, drafted: int, accepted: int) -> None:
+        if drafted == 0:
+            return
+        bucket = self._bucket(match, continuing)
+        self.accepted[bucket] = self.accepted.get(bucket, 0.0) + accepted
+        self.rejected[bucket] = self.rejected.get(bucket, 0.0) + (1.0 if accepted < drafted else 0.0)
+
+    def acceptance(self, bucket: str) -> float:
+        """Posterior mean of the per-token acceptance probability for this kind of match."""
+        prior = self._prior(bucket)
+        strength = self.policy.prior_strength
+        good = prior * strength + self.accepted.get(bucket, 0.0)
+        bad = (1.0 - prior) * strength + self.rejected.get(bucket, 0.0)
+        return good / (good + bad)
+
+    def _bucket(self, match: Match, continuing: bool) -> str:
+        if continuing:
+            return "continuing"
+        return f"n={min(match.match_len, len(self.policy.prior_by_match_len))}"
+
+    def _prior(self, bucket: str) -> float:
+        if bucket == "continuing":
+            return self.policy.prior_continuing
+        return self.policy.prior_by_match_len[int(bucket[2:]) - 1]
+
+
+def best_copy_len(p: float, cost: CostCurve, limit: int, min_gain: float = 1.0) -> int:
+    """The k that maximises expected tokens per second, (1 + p + ... + p^k) / cost(k + 1); 0 if none pays."""
+    best_k, best_gain = 0, min_gain
+    expected_tokens, p_run = 1.0, 1.0
+    for k in range(1, limit + 1):
+        p_run *= p
+        expected_tokens += p_run
+        gain = expected_tokens / cost.relative(k + 1)
+        if gain > best_gain:
+            best_k, best_gain = k, gain
+    return best_k
