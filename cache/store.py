@@ -18,7 +18,7 @@ import numpy as np
 from sqlalchemy import Engine, delete, func, or_, select, update
 from sqlalchemy.orm import Session, defer, sessionmaker
 
-from cache import dashboard, jsonl
+from cache import dashboard, jsonl, rows
 from cache.records import (
     ArticleHit,
     ArticleRecord,
@@ -77,8 +77,8 @@ class AnswerCache:
         Base.metadata.create_all(engine)
         cache = cls(engine, embed, dim, data_dir / INDEX_FILE, max_entries)
         with cache._lock:
-            cache._check_embedder(embedder_name)
-            cache._sync_index()
+            reembedded = cache._check_embedder(embedder_name)
+            cache._sync_index(rebuild=reembedded)
             cache._refresh_articles()
         return cache
 
@@ -101,7 +101,7 @@ class AnswerCache:
                 return None
             entry.hits += 1
             entry.last_used_at = utc_now()
-            found = _cached_answer(entry)
+            found = rows.cached_answer(entry)
         return found
 
     def lookup(
@@ -200,7 +200,7 @@ class AnswerCache:
     def get_reply(self, reply_id: int) -> ReplyRecord | None:
         with self._sessions() as session:
             reply = session.get(Reply, reply_id)
-            return _reply_record(reply) if reply is not None else None
+            return rows.reply_record(reply) if reply is not None else None
 
     def replies_for_entry(self, entry_id: int) -> list[ReplyRecord]:
         """Replies served from or stored as this entry, newest first."""
@@ -219,7 +219,7 @@ class AnswerCache:
         vector = self._embed([_article_text(title, body)])[0]
         with self._lock:
             with self._sessions.begin() as session:
-                record = _article_record(_upsert_article(session, article_id, title, body, vector, utc_now()))
+                record = rows.article_record(_upsert_article(session, article_id, title, body, vector, utc_now()))
             self._refresh_articles()
         return record
 
@@ -233,12 +233,12 @@ class AnswerCache:
     def get_article(self, article_id: str) -> ArticleRecord | None:
         with self._sessions() as session:
             article = session.get(Article, article_id)
-            return _article_record(article) if article is not None else None
+            return rows.article_record(article) if article is not None else None
 
     def list_articles(self) -> list[ArticleRecord]:
         with self._sessions() as session:
             articles = session.scalars(select(Article).options(defer(Article.embedding)).order_by(Article.id))
-            return [_article_record(article) for article in articles]
+            return [rows.article_record(article) for article in articles]
 
     def best_article(self, question: str, threshold: float = 0.3) -> ArticleHit | None:
         """The article closest in meaning to `question`, if it scores >= `threshold`."""
@@ -259,7 +259,7 @@ class AnswerCache:
     def get_entry(self, entry_id: int) -> CachedAnswer | None:
         with self._sessions() as session:
             entry = session.get(Entry, entry_id)
-            return _cached_answer(entry) if entry is not None else None
+            return rows.cached_answer(entry) if entry is not None else None
 
     def list_entries(
         self, search: str = "", sort: str = "date", descending: bool = True, limit: int = 50, offset: int = 0
@@ -281,7 +281,7 @@ class AnswerCache:
                 column = SORT_COLUMNS[sort]
                 order = (column.desc(), Entry.id.desc()) if descending else (column.asc(), Entry.id.asc())
                 entries = session.scalars(matches.order_by(*order).limit(limit).offset(offset)).all()
-            return EntryPage([_cached_answer(entry) for entry in entries], total)
+            return EntryPage([rows.cached_answer(entry) for entry in entries], total)
 
     def update_entry(
         self,
@@ -306,7 +306,7 @@ class AnswerCache:
                 if answer_ids is not None:
                     entry.answer_ids = [int(i) for i in answer_ids]
                 entry.updated_at = utc_now()
-                updated = _cached_answer(entry)
+                updated = rows.cached_answer(entry)
             if vector is not None:
                 self._index.add([entry_id], vector)
                 self._save_index()
@@ -326,7 +326,7 @@ class AnswerCache:
         """Write every entry and article as one JSON object per line; returns the number of lines."""
         with self._sessions() as session:
             entries = session.scalars(select(Entry).options(defer(Entry.embedding)).order_by(Entry.id))
-            lines = [jsonl.entry_line(_cached_answer(entry)) for entry in entries]
+            lines = [jsonl.entry_line(rows.cached_answer(entry)) for entry in entries]
         lines += [jsonl.article_line(article) for article in self.list_articles()]
         text = "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines)
         Path(path).write_text(text, encoding="utf-8")
@@ -363,14 +363,14 @@ class AnswerCache:
     def reply_series(self) -> list[dict]:
         """One point per reply, oldest first: created_at, speedup and tokens_per_forward_pass (or None)."""
         with self._sessions() as session:
-            rows = session.execute(select(Reply.created_at, Reply.stats).order_by(Reply.created_at, Reply.id))
+            points = session.execute(select(Reply.created_at, Reply.stats).order_by(Reply.created_at, Reply.id))
             return [
                 {
                     "created_at": row.created_at,
                     "speedup": dashboard.number_stat(row.stats, "speedup"),
                     "tokens_per_forward_pass": dashboard.number_stat(row.stats, "tokens_per_forward_pass"),
                 }
-                for row in rows
+                for row in points
             ]
 
     # --- internals ---
@@ -400,7 +400,7 @@ class AnswerCache:
     def _replies(self, statement, limit: int | None = None, offset: int = 0) -> list[ReplyRecord]:
         statement = statement.order_by(Reply.created_at.desc(), Reply.id.desc()).offset(offset).limit(limit)
         with self._sessions() as session:
-            return [_reply_record(reply) for reply in session.scalars(statement)]
+            return [rows.reply_record(reply) for reply in session.scalars(statement)]
 
     def _evict_over_limit(self) -> None:
         """Over max_entries, delete the least useful entries: fewest hits + uses, then least recently used."""
@@ -416,18 +416,20 @@ class AnswerCache:
     def _save_index(self) -> None:
         self._index.save(self._index_path)
 
-    def _check_embedder(self, embedder_name: str) -> None:
+    def _check_embedder(self, embedder_name: str) -> bool:
         """If the stored vectors came from another embedder (dim or name), re-embed everything first."""
         wanted = {"embedding_dim": str(self.dim)}
         if embedder_name:
             wanted["embedder_name"] = embedder_name
         with self._sessions() as session:
             stored = {setting.key: setting.value for setting in session.scalars(select(Setting))}
-        if any(key in stored and stored[key] != value for key, value in wanted.items()):
+        changed = any(key in stored and stored[key] != value for key, value in wanted.items())
+        if changed:
             self._reembed_all()
         with self._sessions.begin() as session:  # only after re-embedding, so a crash re-embeds again
             for key, value in wanted.items():
                 session.merge(Setting(key=key, value=value))
+        return changed
 
     def _reembed_all(self) -> None:
         with self._sessions.begin() as session:
@@ -439,12 +441,12 @@ class AnswerCache:
             for article, vector in zip(articles, self._embed(texts), strict=True):
                 article.embedding = vector.tobytes()
 
-    def _sync_index(self) -> None:
+    def _sync_index(self, rebuild: bool) -> None:
         """Use the saved index if it holds exactly the database's ids, else rebuild it from the rows."""
         index = VectorIndex.load(self._index_path, self.dim)
         with self._sessions() as session:
-            rows = session.execute(select(Entry.id)).scalars().all()
-        if self._index_path.exists() and index.ids() == set(rows):
+            entry_ids = set(session.scalars(select(Entry.id)))
+        if not rebuild and self._index_path.exists() and index.ids() == entry_ids:
             self._index = index
             return
         self._index = self._stored_vectors_index()
@@ -453,16 +455,16 @@ class AnswerCache:
     def _stored_vectors_index(self) -> VectorIndex:
         index = VectorIndex(self.dim)
         with self._sessions() as session:
-            rows = session.execute(select(Entry.id, Entry.embedding)).all()
-        if rows:
-            index.add([row.id for row in rows], np.stack([_vector(row.embedding) for row in rows]))
+            stored = session.execute(select(Entry.id, Entry.embedding)).all()
+        if stored:
+            index.add([row.id for row in stored], np.stack([_vector(row.embedding) for row in stored]))
         return index
 
     def _refresh_articles(self) -> None:
         with self._sessions() as session:
-            rows = session.execute(select(Article.id, Article.embedding).order_by(Article.id)).all()
-        vectors = np.stack([_vector(row.embedding) for row in rows]) if rows else np.zeros((0, self.dim))
-        self._articles = ([row.id for row in rows], vectors.astype(np.float32))
+            stored = session.execute(select(Article.id, Article.embedding).order_by(Article.id)).all()
+        vectors = np.stack([_vector(row.embedding) for row in stored]) if stored else np.zeros((0, self.dim))
+        self._articles = ([row.id for row in stored], vectors.astype(np.float32))
 
 
 def _find_entry(
@@ -561,47 +563,3 @@ def _check_threshold(threshold: float) -> None:
 def _check_page(limit: int, offset: int) -> None:
     if limit < 1 or offset < 0:
         raise ValueError(f"need limit >= 1 and offset >= 0, got limit={limit}, offset={offset}")
-
-
-def _cached_answer(entry: Entry) -> CachedAnswer:
-    return CachedAnswer(
-        id=entry.id,
-        question=entry.question,
-        normalized_question=entry.normalized_question,
-        context=entry.context,
-        context_key=entry.context_key,
-        answer=entry.answer,
-        answer_ids=list(entry.answer_ids),
-        model_id=entry.model_id,
-        prompt_hash=entry.prompt_hash,
-        article_ids=list(entry.article_ids),
-        stats=dict(entry.stats),
-        created_at=entry.created_at,
-        updated_at=entry.updated_at,
-        last_used_at=entry.last_used_at,
-        hits=entry.hits,
-        uses=entry.uses,
-    )
-
-
-def _reply_record(reply: Reply) -> ReplyRecord:
-    return ReplyRecord(
-        id=reply.id,
-        entry_id=reply.entry_id,
-        question=reply.question,
-        answer=reply.answer,
-        history=list(reply.history),
-        stats=dict(reply.stats),
-        reference_entry_ids=list(reply.reference_entry_ids),
-        exact_hit=reply.exact_hit,
-        feedback=reply.feedback,
-        feedback_reason=reply.feedback_reason,
-        verified=reply.verified,
-        measured_speedup=reply.measured_speedup,
-        session_id=reply.session_id,
-        created_at=reply.created_at,
-    )
-
-
-def _article_record(article: Article) -> ArticleRecord:
-    return ArticleRecord(article.id, article.title, article.body, article.created_at, article.updated_at)

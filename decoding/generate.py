@@ -158,11 +158,17 @@ def build_reference_index(
     use_prompt: bool,
     use_output: bool,
     max_match_len: int,
+    lead_in_len: int,
 ) -> ReferenceIndex:
-    """References in the caller's order (best first), then the prompt, then the reply so far."""
+    """References in the caller's order (best first), then the prompt, then the reply so far.
+
+    Each reference is indexed behind the prompt's last `lead_in_len` tokens (a chat template's
+    "assistant" header), so a past answer can be copied from the reply's very first token.
+    """
     index = ReferenceIndex(max_match_len=max_match_len)
+    lead_in = list(prompt_ids[len(prompt_ids) - lead_in_len :]) if lead_in_len else []
     for i, ref in enumerate(references):
-        index.add(i, ref)
+        index.add(i, [*lead_in, *ref])
     if use_prompt:
         index.add(PROMPT_SOURCE, prompt_ids)
     if use_output:
@@ -181,6 +187,7 @@ def llma_stream(
     use_prompt: bool = True,
     use_output: bool = True,
     max_match_len: int = 12,
+    lead_in_len: int = 4,
     result: DecodeResult | None = None,
 ) -> Iterator[Chunk]:
     """LLMA decoding: yields each verified chunk; the tokens equal greedy decoding's exactly."""
@@ -190,7 +197,8 @@ def llma_stream(
     if max_new_tokens == 0:
         return
     drafter = (policy or default_policy(model)).start()
-    index = build_reference_index(prompt_ids, references, use_prompt, use_output, max_match_len)
+    lead_in_len = min(lead_in_len, len(prompt_ids))
+    index = build_reference_index(prompt_ids, references, use_prompt, use_output, max_match_len, lead_in_len)
     cache = new_kv_cache(model)
     token = _prefill(model, prompt_ids, cache)
     result.forward_passes = 1
@@ -205,7 +213,7 @@ def llma_stream(
         if use_output:
             index.extend(OUTPUT_SOURCE, new_tokens[:kept])
         copied = min(copied, kept)
-        _record_copy(result, match, copied, kept)
+        _record_copy(result, match, copied, kept, lead_in_len)
         result.seconds = time.perf_counter() - start
         yield Chunk(new_tokens[:kept], copied=copied, source=match.source if copied else None, result=result)
         if _done(result, max_new_tokens):
@@ -244,13 +252,14 @@ def llma_generate(
     use_prompt: bool = True,
     use_output: bool = True,
     max_match_len: int = 12,
+    lead_in_len: int = 4,
     on_chunk: Callable[[Chunk], None] | None = None,
 ) -> DecodeResult:
     """LLMA decoding to the end; `on_chunk` sees each verified chunk as it lands."""
     result = DecodeResult()
     stream = llma_stream(
         model, prompt_ids, references, max_new_tokens, eos_token_id, policy, use_prompt, use_output,
-        max_match_len, result,
+        max_match_len, lead_in_len, result,
     )
     for chunk in stream:
         if on_chunk is not None:
@@ -265,13 +274,14 @@ def _matching_prefix_len(draft: list[int], greedy_choices: list[int]) -> int:
     return n
 
 
-def _record_copy(result: DecodeResult, match: Match | None, copied: int, kept: int) -> None:
-    """Count the copied tokens of the chunk just kept and note where they came from."""
+def _record_copy(result: DecodeResult, match: Match | None, copied: int, kept: int, lead_in_len: int) -> None:
+    """Count the copied tokens of the chunk just kept and note where in which reference they were."""
     if match is None or copied == 0:
         return
     result.copied_tokens += copied
     out_start = len(result.tokens) - kept
-    result.copied_runs.append(CopiedRun(match.source, match.next_pos, out_start, copied))
+    ref_start = match.next_pos - lead_in_len if match.source >= 0 else match.next_pos
+    result.copied_runs.append(CopiedRun(match.source, ref_start, out_start, copied))
 
 
 # --- default policy -----------------------------------------------------------------------------

@@ -1,0 +1,110 @@
+"""Build the model's prompt for one chat turn: system prompt, help article, trimmed history, question."""
+
+import hashlib
+import json
+import unicodedata
+from dataclasses import dataclass
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are the customer support assistant for Nimbus Drive, a cloud file storage and sharing service. "
+    "Answer the customer's question clearly and concisely, with numbered steps when there are steps."
+)
+
+
+@dataclass(frozen=True)
+class Turn:
+    role: str  # "user" or "assistant"
+    content: str
+
+
+@dataclass(frozen=True)
+class Prompt:
+    ids: list[int]
+    messages: list[dict]
+    dropped_turns: int  # earlier turns left out so that prompt and reply fit the context window
+
+
+class InputError(ValueError):
+    """A message or history the service cannot use, with a text fit to show the user."""
+
+
+def clean_text(text: str) -> str:
+    """Drop control characters and lone surrogates; keep every script, emoji, newlines and tabs."""
+    text = text.encode("utf-8", "replace").decode("utf-8") if _has_surrogates(text) else text
+    return "".join(ch for ch in text if ch in "\n\t" or unicodedata.category(ch) not in ("Cc", "Cs", "Co"))
+
+
+def _has_surrogates(text: str) -> bool:
+    return any("\ud800" <= ch <= "\udfff" for ch in text)
+
+
+def parse_history(history: object, max_chars: int) -> list[Turn]:
+    """Validate a chat history given as [{"role": ..., "content": ...}, ...]."""
+    if history is None:
+        return []
+    if not isinstance(history, list | tuple):
+        raise InputError("history must be a list of {role, content} messages")
+    turns = []
+    for i, item in enumerate(history):
+        if not isinstance(item, dict) or item.get("role") not in ("user", "assistant"):
+            raise InputError(f"history item {i} must be an object with role 'user' or 'assistant'")
+        content = item.get("content")
+        if not isinstance(content, str):
+            raise InputError(f"history item {i} needs a text 'content'")
+        turns.append(Turn(item["role"], clean_text(content)[:max_chars]))
+    return turns
+
+
+def system_message(system_prompt: str, article: str | None) -> str:
+    if not article:
+        return system_prompt
+    return f"{system_prompt}\n\nUse this help article when it answers the question:\n\n{article}"
+
+
+def build_prompt(
+    tokenizer, system_prompt: str, article: str | None, history: list[Turn], question: str, max_prompt_tokens: int
+) -> Prompt:
+    """Chat-template the turn; the oldest history turns go first when the prompt is too long.
+
+    Rule: the system prompt (with its article) and the question are always kept; earlier turns are
+    dropped oldest first, a user turn together with the answer that followed it.
+    """
+    system = {"role": "system", "content": system_message(system_prompt, article)}
+    turns = [{"role": t.role, "content": t.content} for t in history]
+    question_msg = {"role": "user", "content": question}
+    dropped = 0
+    while True:
+        messages = [system, *turns, question_msg]
+        ids = encode_messages(tokenizer, messages)
+        if len(ids) <= max_prompt_tokens or not turns:
+            break
+        cut = 2 if len(turns) >= 2 and turns[0]["role"] == "user" else 1
+        turns, dropped = turns[cut:], dropped + cut
+    if len(ids) > max_prompt_tokens:
+        raise InputError(
+            f"The question is too long for the model ({len(ids)} tokens with the instructions; "
+            f"the limit is {max_prompt_tokens}). Please shorten it."
+        )
+    return Prompt(ids=ids, messages=messages, dropped_turns=dropped)
+
+
+def encode_messages(tokenizer, messages: list[dict]) -> list[int]:
+    encoded = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True)
+    return list(encoded["input_ids"])
+
+
+def normalize_question(text: str) -> str:
+    """Case, spacing and trailing punctuation do not make a question different."""
+    return " ".join(text.casefold().split()).rstrip("?!. ")
+
+
+def context_key(history: list[Turn]) -> str:
+    """Hash of the conversation a question was asked in; equal contexts give equal prompts."""
+    payload = json.dumps([[t.role, t.content] for t in history], ensure_ascii=False)
+    return hashlib.sha256(payload.encode()).hexdigest()[:32]
+
+
+def prompt_hash(system_prompt: str, article_ids: list[str], settings: dict) -> str:
+    """Hash of everything besides the conversation that shapes the prompt and the decode."""
+    payload = json.dumps({"system": system_prompt, "articles": article_ids, "settings": settings}, sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:32]

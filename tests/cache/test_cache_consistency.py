@@ -1,0 +1,123 @@
+"""The database is the source of truth: the FAISS file is rebuilt whenever it disagrees."""
+
+import sqlite3
+import zlib
+
+import numpy as np
+import pytest
+from cache_helpers import answer
+
+from cache import AnswerCache, VectorIndex
+from cache.store import DB_FILE, INDEX_FILE
+
+PASSWORD = "How do I reset my password?"
+PARAPHRASE = "I forgot my password, how can I change it?"
+
+
+def fake_embed(dim: int):
+    """A stand-in embedder: a fixed random unit vector per text, unrelated to meaning."""
+
+    def embed(texts: list[str]) -> np.ndarray:
+        rows = [np.random.default_rng(zlib.crc32(text.encode())).normal(size=dim) for text in texts]
+        vectors = np.array(rows, dtype=np.float32).reshape(len(texts), dim)
+        return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+    return embed
+
+
+@pytest.fixture
+def data_dir(tmp_path):
+    return tmp_path / "data"
+
+
+@pytest.fixture
+def filled(open_cache, data_dir) -> list[int]:
+    """Three answers written by a cache that is then closed."""
+    cache = open_cache(data_dir)
+    questions = [PASSWORD, "Where can I download my invoices?", "How do I delete my account?"]
+    ids = [cache.add_answer(answer(question)) for question in questions]
+    cache.close()
+    return ids
+
+
+def saved_ids(data_dir) -> set[int]:
+    return VectorIndex.load(data_dir / INDEX_FILE, 384).ids()
+
+
+def test_reopening_keeps_answers_and_index(open_cache, data_dir, filled):
+    cache = open_cache(data_dir)
+    assert cache.lookup(PARAPHRASE, k=1)[0].id == filled[0]
+    assert cache.get_entry(filled[1]).question == "Where can I download my invoices?"
+    assert saved_ids(data_dir) == set(filled)
+
+
+def test_a_deleted_index_file_is_rebuilt(open_cache, data_dir, filled):
+    (data_dir / INDEX_FILE).unlink()
+    cache = open_cache(data_dir)
+    assert cache.lookup(PARAPHRASE, k=1)[0].id == filled[0]
+    assert saved_ids(data_dir) == set(filled)
+
+
+def test_a_corrupt_index_file_is_rebuilt(open_cache, data_dir, filled):
+    (data_dir / INDEX_FILE).write_bytes(b"\x00garbage" * 100)
+    cache = open_cache(data_dir)
+    assert cache.lookup(PARAPHRASE, k=1)[0].id == filled[0]
+    assert saved_ids(data_dir) == set(filled)
+
+
+def test_an_index_with_an_extra_id_is_rebuilt_and_never_returns_it(open_cache, embedder, data_dir, filled):
+    index = VectorIndex.load(data_dir / INDEX_FILE, 384)
+    index.add([999], embedder.embed([PARAPHRASE]))  # a perfect match with no row behind it
+    index.save(data_dir / INDEX_FILE)
+    cache = open_cache(data_dir)
+    assert 999 not in {hit.id for hit in cache.lookup(PARAPHRASE, k=4, threshold=-1)}
+    assert saved_ids(data_dir) == set(filled)
+
+
+def test_an_index_missing_an_id_is_rebuilt(open_cache, data_dir, filled):
+    index = VectorIndex.load(data_dir / INDEX_FILE, 384)
+    index.remove([filled[0]])
+    index.save(data_dir / INDEX_FILE)
+    cache = open_cache(data_dir)
+    assert cache.lookup(PARAPHRASE, k=1)[0].id == filled[0]
+    assert saved_ids(data_dir) == set(filled)
+
+
+def test_a_crash_after_the_commit_loses_no_answer(open_cache, data_dir, monkeypatch):
+    cache = open_cache(data_dir)
+    with monkeypatch.context() as patch:
+        patch.setattr(VectorIndex, "save", lambda self, path: (_ for _ in ()).throw(OSError("disk gone")))
+        with pytest.raises(OSError, match="disk gone"):
+            cache.add_answer(answer(PASSWORD))
+    cache.close()
+    reopened = open_cache(data_dir)
+    hits = reopened.lookup(PARAPHRASE, k=1)
+    assert [hit.question for hit in hits] == [PASSWORD]
+    assert saved_ids(data_dir) == {hits[0].id}
+
+
+def test_a_row_deleted_behind_the_index_is_never_returned(cache, data_dir):
+    ghost = cache.add_answer(answer(PASSWORD))
+    kept = cache.add_answer(answer(PASSWORD + " I am locked out"))
+    with sqlite3.connect(data_dir / DB_FILE) as connection:  # as if we crashed before updating the index
+        connection.execute("DELETE FROM entries WHERE id = ?", (ghost,))
+    assert [hit.id for hit in cache.lookup(PASSWORD, k=4, threshold=-1)] == [kept]
+
+
+def test_a_changed_embedder_reembeds_everything(open_cache, embedder, data_dir):
+    fake = AnswerCache.open(data_dir, fake_embed(384), 384, embedder_name="fake")
+    entry_id = fake.add_answer(answer(PASSWORD))
+    fake.upsert_article("reset", "Resetting your password", "Use the forgot password link.")
+    fake.close()
+    real = open_cache(data_dir, embedder_name=embedder.name)
+    assert [hit.id for hit in real.lookup(PARAPHRASE, k=1, threshold=0.5)] == [entry_id]
+    assert real.best_article(PARAPHRASE).id == "reset"
+
+
+def test_a_changed_dim_reembeds_everything(open_cache, data_dir):
+    small = AnswerCache.open(data_dir, fake_embed(8), 8)
+    entry_id = small.add_answer(answer(PASSWORD))
+    small.close()
+    real = open_cache(data_dir)
+    assert [hit.id for hit in real.lookup(PARAPHRASE, k=1, threshold=0.5)] == [entry_id]
+    assert saved_ids(data_dir) == {entry_id}

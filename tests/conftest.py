@@ -1,0 +1,37 @@
+"""Shared fixtures: a tiny random-weight LLaMA for fast property tests and the bundled model for a few real ones."""
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+torch.set_num_threads(2)
+
+
+def make_tiny_llama(seed: int = 0, vocab_size: int = 64) -> LlamaForCausalLM:
+    """A 2-layer LLaMA with random weights; wide init so logits are far apart and ties are rare."""
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        initializer_range=0.3,
+        tie_word_embeddings=False,
+    )
+    return LlamaForCausalLM(config).eval()
+
+
+@pytest.fixture(scope="session")
+def tiny_model() -> LlamaForCausalLM:
+    return make_tiny_llama()
+
+
+@pytest.fixture(scope="session")
+def bundled():
+    """The bundled SmolLM2-135M-Instruct (model, tokenizer), loaded once per test session."""
+    from decoding import load_model
+
+    return load_model()

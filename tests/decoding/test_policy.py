@@ -1,0 +1,50 @@
+import pytest
+
+from decoding import AdaptiveCopyPolicy, CostCurve, FixedCopyPolicy, Match, best_copy_len
+
+# Shaped like the curve measured for SmolLM2-135M on 2 CPU threads (seconds by tokens per forward).
+CPU_CURVE = CostCurve(sizes=(1, 2, 4, 8, 16, 32, 64), seconds=(0.110, 0.170, 0.180, 0.200, 0.220, 0.260, 0.420))
+
+
+def test_cost_interpolates_and_extrapolates():
+    assert CPU_CURVE.cost(1) == pytest.approx(0.110)
+    assert CPU_CURVE.cost(3) == pytest.approx(0.175)
+    assert CPU_CURVE.cost(128) == pytest.approx(0.420 + 64 * (0.160 / 32))
+    assert CPU_CURVE.relative(1) == 1.0
+
+
+def test_no_draft_when_acceptance_is_too_low_to_pay():
+    # A one-token draft costs 1.55 steps; it must be accepted more than 55% of the time to pay.
+    assert best_copy_len(0.3, CPU_CURVE, limit=48) == 0
+
+
+def test_longer_drafts_when_acceptance_is_high():
+    short = best_copy_len(0.7, CPU_CURVE, limit=48)
+    long = best_copy_len(0.97, CPU_CURVE, limit=48)
+    assert 0 < short < long
+
+
+def test_draft_never_exceeds_the_limit():
+    assert best_copy_len(0.99, CPU_CURVE, limit=5) == 5
+
+
+def test_adaptive_drafter_backs_off_after_misses_and_grows_after_hits():
+    drafter = AdaptiveCopyPolicy(cost=CPU_CURVE).start()
+    match = Match(source=0, next_pos=3, match_len=3)
+    first = drafter.copy_len(match, continuing=False, available=100)
+    for _ in range(5):
+        drafter.record(match, continuing=False, drafted=first, accepted=0)
+    assert drafter.copy_len(match, continuing=False, available=100) < first
+    streak = AdaptiveCopyPolicy(cost=CPU_CURVE).start()
+    for _ in range(5):
+        streak.record(match, continuing=True, drafted=16, accepted=16)
+    assert streak.copy_len(match, continuing=True, available=100) > first
+
+
+def test_fixed_policy_follows_the_paper():
+    drafter = FixedCopyPolicy(match_len=2, copy_len=7).start()
+    assert drafter.copy_len(Match(0, 1, 1), continuing=False, available=100) == 0
+    assert drafter.copy_len(Match(0, 1, 2), continuing=False, available=100) == 7
+    assert drafter.copy_len(Match(0, 1, 2), continuing=False, available=3) == 3
+    with pytest.raises(ValueError):
+        FixedCopyPolicy(match_len=0)
