@@ -182,7 +182,8 @@ def header_section(results: dict) -> str:
     return (
         f"# LLMA benchmark\n\nModel {results['model']['id']} ({results['model']['dtype']}), max {s['max_new_tokens']} "
         f"new tokens, limit {s['limit']}, cache k={s['k']} threshold={s['threshold']}, {s['cache_entries']} entries. "
-        f"Machine: {m['platform']}, {m['cpu_count']} CPUs, {m['torch_threads']} torch threads, load average "
+        f"Machine: {m['platform']}, {m['cpu_count']} CPUs, {m['torch_threads']} torch threads, "
+        f"OMP_WAIT_POLICY={m.get('omp_wait_policy')}, load average "
         f"{m['load_average_at_start'][0]:.1f} at start and {m['load_average_at_end'][0]:.1f} at end. "
         f"Run took {results['wall_seconds']:.0f} s."
     )

@@ -51,6 +51,7 @@ class Chunk:
     tokens: list[int]
     copied: int  # how many of `tokens` came from a reference; the last one never does
     source: int | None  # the reference they came from, if any
+    drafted: int  # tokens drafted for this pass; 0 means it was a plain one-token step
     result: DecodeResult  # running totals, the same object for every chunk of a call
 
 
@@ -127,7 +128,7 @@ def greedy_stream(
     while True:
         _accept(result, [token], max_new_tokens, eos_token_id)
         result.seconds = time.perf_counter() - start
-        yield Chunk([token], copied=0, source=None, result=result)
+        yield Chunk([token], copied=0, source=None, drafted=0, result=result)
         if _done(result, max_new_tokens):
             return
         logits = forward_tokens(model, torch.tensor([[token]]), cache, logits_to_keep=1)
@@ -206,7 +207,7 @@ def llma_stream(
     context = list(prompt_ids)  # the text the model has seen or chosen, whose suffix we match
     fed = len(prompt_ids)  # positions held in the KV cache
     prefer: tuple[int, int] | None = None
-    new_tokens, copied, match = [token], 0, None
+    new_tokens, copied, match, draft = [token], 0, None, []
     while True:
         kept = _accept(result, new_tokens, max_new_tokens, eos_token_id)
         context.extend(new_tokens[:kept])
@@ -215,7 +216,8 @@ def llma_stream(
         copied = min(copied, kept)
         _record_copy(result, match, copied, kept, lead_in_len)
         result.seconds = time.perf_counter() - start
-        yield Chunk(new_tokens[:kept], copied=copied, source=match.source if copied else None, result=result)
+        source = match.source if copied else None
+        yield Chunk(new_tokens[:kept], copied=copied, source=source, drafted=len(draft), result=result)
         if _done(result, max_new_tokens):
             return
 

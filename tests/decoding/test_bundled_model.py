@@ -19,7 +19,10 @@ QUESTIONS = [
 
 
 def chat_ids(tokenizer, question: str) -> list[int]:
-    messages = [{"role": "system", "content": "You are a helpful support assistant."}, {"role": "user", "content": question}]
+    messages = [
+        {"role": "system", "content": "You are a helpful support assistant."},
+        {"role": "user", "content": question},
+    ]
     return list(tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_dict=True)["input_ids"])
 
 

@@ -1,0 +1,367 @@
+"""One chat turn: embed the question, fetch similar past answers, decode with LLMA, store the answer."""
+
+import statistics
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from cache import AnswerCache, Embedder, NewAnswer, NewReply
+from cache.records import CachedAnswer, Hit
+from decoding import (
+    OUTPUT_SOURCE,
+    PROMPT_SOURCE,
+    AdaptiveCopyPolicy,
+    CostCurve,
+    greedy_generate,
+    llma_stream,
+    load_model,
+    load_or_measure,
+)
+from decoding.generate import DecodeResult
+
+from .prompt import (
+    DEFAULT_SYSTEM_PROMPT,
+    InputError,
+    Prompt,
+    Turn,
+    build_prompt,
+    clean_text,
+    context_key,
+    parse_history,
+    prompt_hash,
+)
+
+
+@dataclass(frozen=True)
+class ChatSettings:
+    """Everything that shapes a turn; read once by the app and passed down."""
+
+    max_new_tokens: int = 256
+    context_window: int = 2048  # prompt + reply tokens, at most the model's own limit
+    references_k: int = 4
+    similarity_threshold: float = 0.5
+    use_knowledge_base: bool = True
+    article_threshold: float = 0.35
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    max_question_chars: int = 4000
+    max_entries: int = 10000
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.max_new_tokens < self.context_window:
+            raise ValueError("max_new_tokens must be at least 1 and below context_window")
+        if not -1.0 <= self.similarity_threshold <= 1.0 or not -1.0 <= self.article_threshold <= 1.0:
+            raise ValueError("similarity thresholds are cosine similarities in [-1, 1]")
+        if self.references_k < 1 or self.max_question_chars < 1:
+            raise ValueError("references_k and max_question_chars must be at least 1")
+
+
+@dataclass(frozen=True)
+class Span:
+    """Characters of the reply text that were copied from a reference (for highlighting)."""
+
+    start: int
+    end: int
+    source: str  # "cache:<entry id>", "prompt" or "reply"
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A reply, partial while streaming (`done` False) and final at the end."""
+
+    text: str
+    stats: dict
+    done: bool = False
+    id: int | None = None  # the stored reply's id, once done
+    spans: list[Span] = field(default_factory=list)
+    notice: str = ""  # something the user should know, e.g. that old turns were left out
+
+
+@dataclass(frozen=True)
+class Verification:
+    reply_id: int
+    identical: bool
+    greedy_seconds: float
+    reply_seconds: float
+    measured_speedup: float
+
+
+@dataclass(frozen=True)
+class _Turn:
+    """What the steps of one turn share."""
+
+    question: str
+    history: list[Turn]
+    prompt: Prompt
+    article_id: str | None
+    article_score: float | None
+    hits: list[Hit]
+    context_key: str
+    prompt_hash: str
+    session_id: str
+
+
+class ChatService:
+    def __init__(self, model, tokenizer, cache: AnswerCache, settings: ChatSettings, cost: CostCurve, model_id: str):
+        self.model, self.tokenizer, self.cache, self.settings = model, tokenizer, cache, settings
+        self.cost, self.model_id = cost, model_id
+        self.policy = AdaptiveCopyPolicy(cost=cost)
+        self.eos_token_id = tokenizer.eos_token_id
+        self._model_lock = threading.Lock()  # one forward at a time: 2 cores gain nothing from more
+        limit = getattr(model.config, "max_position_embeddings", settings.context_window)
+        self.context_window = min(settings.context_window, limit)
+
+    @classmethod
+    def create(
+        cls,
+        data_dir: str | Path = "var",
+        model_path: str | Path | None = None,
+        db_url: str | None = None,
+        threads: int | None = None,
+        settings: ChatSettings | None = None,
+        seed_articles: dict[str, str] | None = None,
+    ) -> "ChatService":
+        """Load model, embedder and cache; seed the knowledge base on first start."""
+        settings = settings or ChatSettings()
+        data_dir = Path(data_dir)
+        model, tokenizer = load_model(model_path, threads=threads)
+        embedder = Embedder.load()
+        cache = AnswerCache.open(
+            data_dir, embed=embedder.embed, dim=embedder.dim, url=db_url, max_entries=settings.max_entries,
+            embedder_name=embedder.name,
+        )
+        if seed_articles is None:
+            from data import load_articles
+
+            seed_articles = load_articles()
+        if not cache.list_articles():
+            for article_id, text in seed_articles.items():
+                title, _, body = text.partition("\n")
+                cache.upsert_article(article_id, title.strip(), body.strip())
+        cost = load_or_measure(model, data_dir / "cost_curves.json")
+        model_id = str(model_path or "SmolLM2-135M-Instruct")
+        return cls(model, tokenizer, cache, settings, cost, model_id)
+
+    # --- one turn --------------------------------------------------------------------------------
+
+    def ask(self, question: str, history: list[dict] | None = None, session_id: str = "") -> Reply:
+        *_, final = self.stream(question, history, session_id)
+        return final
+
+    def stream(self, question: str, history: list[dict] | None = None, session_id: str = "") -> Iterator[Reply]:
+        """Replies growing chunk by chunk; the last one is `done` and stored."""
+        started = time.perf_counter()
+        turn = self._prepare(question, history, session_id)
+        exact = self.cache.find_exact(turn.question, turn.context_key, self.model_id, turn.prompt_hash)
+        if exact is not None:
+            yield self._exact_reply(turn, exact, time.perf_counter() - started)
+            return
+        yield from self._decode(turn)
+
+    def _prepare(self, question: str, history: list[dict] | None, session_id: str) -> _Turn:
+        question = self._check_question(question)
+        turns = parse_history(history, self.settings.max_question_chars * 4)
+        article_id, article_text, article_score = self._pick_article(question)
+        prompt = build_prompt(
+            self.tokenizer, self.settings.system_prompt, article_text, turns, question,
+            self.context_window - self.settings.max_new_tokens,
+        )
+        kept = turns[prompt.dropped_turns :]
+        hits = self.cache.lookup(
+            question, k=self.settings.references_k, threshold=self.settings.similarity_threshold,
+            model_id=self.model_id,
+        )
+        decode_settings = {"max_new_tokens": self.settings.max_new_tokens, "model": self.model_id}
+        return _Turn(
+            question=question, history=kept, prompt=prompt, article_id=article_id, article_score=article_score,
+            hits=hits, context_key=context_key(kept),
+            prompt_hash=prompt_hash(str(prompt.ids), [article_id or ""], decode_settings),
+            session_id=session_id,
+        )
+
+    def _check_question(self, question: object) -> str:
+        if not isinstance(question, str):
+            raise InputError("The message must be text.")
+        question = clean_text(question).strip()
+        if not question:
+            raise InputError("Please type a question.")
+        if len(question) > self.settings.max_question_chars:
+            raise InputError(
+                f"Your message has {len(question):,} characters; the limit is "
+                f"{self.settings.max_question_chars:,}. Please shorten it."
+            )
+        return question
+
+    def _pick_article(self, question: str) -> tuple[str | None, str | None, float | None]:
+        if not self.settings.use_knowledge_base:
+            return None, None, None
+        hit = self.cache.best_article(question, threshold=self.settings.article_threshold)
+        if hit is None:
+            return None, None, None
+        return hit.id, f"{hit.title}\n\n{hit.body}", hit.score
+
+    def _decode(self, turn: _Turn) -> Iterator[Reply]:
+        references = [hit.answer_ids for hit in turn.hits]
+        result = DecodeResult()
+        stream = llma_stream(
+            self.model, turn.prompt.ids, references, self.settings.max_new_tokens, self.eos_token_id,
+            policy=self.policy, result=result,
+        )
+        plain_steps: list[float] = []  # one-token forwards timed in this very decode: greedy's step time
+        last = time.perf_counter()
+        while True:
+            with self._model_lock:
+                chunk = next(stream, None)
+            now = time.perf_counter()
+            if chunk is None:
+                break
+            if chunk.drafted == 0 and len(result.tokens) > 1:
+                plain_steps.append(now - last)
+            last = now
+            yield Reply(text=self._text(result.tokens), stats=self._stats(turn, result, plain_steps))
+        yield self._finish(turn, result, plain_steps)
+
+    def _finish(self, turn: _Turn, result: DecodeResult, plain_steps: list[float]) -> Reply:
+        """Store the complete answer and the served reply; return the final Reply."""
+        text = self._text(result.tokens)
+        stats = self._stats(turn, result, plain_steps)
+        entry_id = self.cache.add_answer(
+            NewAnswer(
+                question=turn.question, answer=text, answer_ids=list(result.tokens), model_id=self.model_id,
+                context=_context_text(turn.history), context_key=turn.context_key, prompt_hash=turn.prompt_hash,
+                article_ids=[turn.article_id] if turn.article_id else [], stats=stats,
+            )
+        )
+        used = {self._hit_for_source(turn, run.source) for run in result.copied_runs} - {None}
+        self.cache.mark_used(used)
+        reply_id = self._record(turn, entry_id, text, stats, result.tokens, exact_hit=False)
+        return Reply(
+            text=text, stats=stats, done=True, id=reply_id, spans=self._spans(turn, result), notice=_notice(turn)
+        )
+
+    def _exact_reply(self, turn: _Turn, exact: CachedAnswer, seconds: float) -> Reply:
+        entry_id, text, tokens = exact.id, exact.answer, exact.answer_ids
+        # What greedy took when this answer was first decoded (estimated then), else steps x step time.
+        greedy_estimate = exact.stats.get("greedy_seconds_estimate") or len(tokens) * self.cost.cost(1)
+        stats = {
+            "tokens": len(tokens), "forward_passes": 0, "copied_tokens": len(tokens), "seconds": round(seconds, 4),
+            "tokens_per_second": round(len(tokens) / max(seconds, 1e-6), 1),
+            "greedy_seconds_estimate": round(greedy_estimate, 3),
+            "speedup": round(greedy_estimate / max(seconds, 1e-6), 1),
+            "speedup_method": "exact repeat: the stored answer to the identical prompt, against the greedy time "
+            "estimated when it was first decoded",
+            "exact_hit": True, "copied_share": 1.0, "tokens_per_forward_pass": None,
+            "references": [{"id": entry_id, "similarity": 1.0, "copied": len(tokens)}],
+            "article": self._article_stats(turn), "history_trimmed": turn.prompt.dropped_turns,
+        }
+        reply_id = self._record(turn, entry_id, text, stats, tokens, exact_hit=True)
+        spans = [Span(0, len(text), f"cache:{entry_id}")] if text else []
+        return Reply(text=text, stats=stats, done=True, id=reply_id, spans=spans, notice=_notice(turn))
+
+    def _record(self, turn: _Turn, entry_id: int, text: str, stats: dict, tokens: list[int], exact_hit: bool) -> int:
+        # The prompt and reply token ids are kept with the reply so `verify` can rerun exactly this decode.
+        stored = {**stats, "prompt_ids": turn.prompt.ids, "token_ids": list(tokens)}
+        return self.cache.record_reply(
+            NewReply(
+                question=turn.question, answer=text, entry_id=entry_id,
+                history=[{"role": t.role, "content": t.content} for t in turn.history], stats=stored,
+                reference_entry_ids=[h.id for h in turn.hits], exact_hit=exact_hit, session_id=turn.session_id,
+            )
+        )
+
+    # --- stats -----------------------------------------------------------------------------------
+
+    def _stats(self, turn: _Turn, result: DecodeResult, plain_steps: list[float]) -> dict:
+        n = len(result.tokens)
+        step, method = self._step_seconds(plain_steps)
+        greedy_estimate = result.prefill_seconds + max(n - 1, 0) * step
+        seconds = max(result.seconds, 1e-6)
+        copied_by_source: dict[int, int] = {}
+        for run in result.copied_runs:
+            copied_by_source[run.source] = copied_by_source.get(run.source, 0) + run.length
+        return {
+            "tokens": n, "forward_passes": result.forward_passes, "copied_tokens": result.copied_tokens,
+            "seconds": round(result.seconds, 4), "tokens_per_second": round(n / seconds, 1),
+            "greedy_seconds_estimate": round(greedy_estimate, 4), "speedup": round(greedy_estimate / seconds, 2),
+            "speedup_method": f"estimate: measured prefill + {max(n - 1, 0)} one-token steps x "
+            f"{step * 1000:.0f} ms ({method})",
+            "exact_hit": False, "copied_share": round(result.copied_tokens / n, 3) if n else 0.0,
+            "tokens_per_forward_pass": round(n / result.forward_passes, 2) if result.forward_passes else None,
+            "references": [
+                {"id": h.id, "similarity": round(h.score, 3), "copied": copied_by_source.get(i, 0)}
+                for i, h in enumerate(turn.hits)
+            ],
+            "copied_from_prompt": copied_by_source.get(PROMPT_SOURCE, 0),
+            "copied_from_reply": copied_by_source.get(OUTPUT_SOURCE, 0),
+            "article": self._article_stats(turn), "history_trimmed": turn.prompt.dropped_turns,
+            "finished": result.finished_by_eos or n >= self.settings.max_new_tokens,
+        }
+
+    def _step_seconds(self, plain_steps: list[float]) -> tuple[float, str]:
+        """Greedy's one-token step time: from this decode's own plain steps when there are enough."""
+        if len(plain_steps) >= 3:
+            return statistics.median(plain_steps), f"median of {len(plain_steps)} plain steps in this decode"
+        return self.cost.cost(1), "one-token step calibrated at start-up"
+
+    def _article_stats(self, turn: _Turn) -> dict | None:
+        if turn.article_id is None:
+            return None
+        return {"id": turn.article_id, "similarity": round(turn.article_score or 0.0, 3)}
+
+    def _text(self, tokens: list[int]) -> str:
+        return self.tokenizer.decode(tokens, skip_special_tokens=True)
+
+    def _spans(self, turn: _Turn, result: DecodeResult) -> list[Span]:
+        spans = []
+        for run in result.copied_runs:
+            start = len(self._text(result.tokens[: run.out_start]))
+            end = len(self._text(result.tokens[: run.out_start + run.length]))
+            hit = self._hit_for_source(turn, run.source)
+            label = f"cache:{hit}" if hit is not None else ("reply" if run.source == OUTPUT_SOURCE else "prompt")
+            if end > start:
+                spans.append(Span(start, end, label))
+        return spans
+
+    @staticmethod
+    def _hit_for_source(turn: _Turn, source: int) -> int | None:
+        return turn.hits[source].id if 0 <= source < len(turn.hits) else None
+
+    # --- staff tools -----------------------------------------------------------------------------
+
+    def verify(self, reply_id: int) -> Verification:
+        """Rerun the stored reply's prompt with plain greedy decoding; compare tokens and times."""
+        reply = self.cache.get_reply(reply_id)
+        if reply is None:
+            raise KeyError(f"no reply {reply_id}")
+        prompt_ids, tokens = reply.stats.get("prompt_ids"), reply.stats.get("token_ids")
+        if not prompt_ids or tokens is None:
+            raise ValueError(f"reply {reply_id} was stored without its prompt; it cannot be verified")
+        with self._model_lock:
+            greedy = greedy_generate(self.model, prompt_ids, len(tokens) or 1, self.eos_token_id)
+        identical = greedy.tokens == tokens
+        reply_seconds = max(float(reply.stats.get("seconds", 0.0)), 1e-6)
+        speedup = greedy.seconds / reply_seconds
+        self.cache.set_verification(reply_id, identical, speedup)
+        return Verification(reply_id, identical, greedy.seconds, reply_seconds, speedup)
+
+    def feedback(self, reply_id: int, value: int, reason: str = "") -> None:
+        if value not in (-1, 1):
+            raise InputError("feedback must be +1 or -1")
+        self.cache.set_feedback(reply_id, value, clean_text(reason)[:2000])
+
+    def with_settings(self, **changes) -> "ChatService":
+        """A service sharing model and cache but with other settings (for tests and the benchmark)."""
+        return ChatService(self.model, self.tokenizer, self.cache, replace(self.settings, **changes), self.cost,
+                           self.model_id)
+
+
+def _context_text(history: list[Turn]) -> str:
+    return "\n".join(f"{t.role}: {t.content}" for t in history)
+
+
+def _notice(turn: _Turn) -> str:
+    if turn.prompt.dropped_turns:
+        return (f"The conversation is longer than the model can read: the {turn.prompt.dropped_turns} oldest "
+                "messages were left out of this answer.")
+    return ""
