@@ -83,7 +83,8 @@ class MethodRun:
     """One method on one question."""
 
     method: str
-    seconds: float
+    seconds: float  # wall clock
+    cpu_seconds: float  # CPU time of this process: barely moved by other processes on a shared machine
     tokens: int
     forward_passes: int
     copied_tokens: int
@@ -116,6 +117,7 @@ class Row:
     tokens_per_s: float | None
     speedup_vs_greedy: float | None  # sum of greedy seconds / sum of this method's seconds
     speedup_vs_hf_greedy: float | None
+    cpu_speedup_vs_greedy: float | None  # the same in CPU seconds: a cross-check when the machine is noisy
     tokens_per_pass: float | None
     identical_share: float | None
     worst_speedup: float | None  # per question, over greedy
@@ -128,7 +130,8 @@ class Row:
 class GridCell:
     match_len: int  # n
     copy_len: int  # k
-    speedup: float | None
+    speedup: float | None  # over greedy, wall clock
+    cpu_speedup: float | None  # over greedy, CPU time
     tokens_per_pass: float | None
     identical_share: float | None
 
@@ -194,14 +197,14 @@ class Decoder:
     ) -> tuple[MethodRun, list[int]]:
         """Time one decode; `greedy_tokens` None means this run is greedy itself."""
         passes_before = self.forwards.count
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         out = decode()
-        seconds = time.perf_counter() - start
+        seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
         passes = self.forwards.count - passes_before
         # HF methods do not report copies: every pass yields one token of the model's own plus the accepted ones.
         copied = out.copied_tokens if out.copied_tokens is not None else max(0, len(out.tokens) - passes)
         identical = greedy_tokens is None or out.tokens == greedy_tokens
-        return MethodRun(method, seconds, len(out.tokens), passes, copied, identical), out.tokens
+        return MethodRun(method, seconds, cpu_seconds, len(out.tokens), passes, copied, identical), out.tokens
 
     def run(self, method: str, item: Item, greedy_tokens: list[int] | None) -> tuple[MethodRun, list[int]]:
         return self.measure(method, lambda: self.decode(method, item, greedy_tokens or []), greedy_tokens)
@@ -281,7 +284,7 @@ class Workbench:
         return found.answer_ids
 
     def text(self, ids: list[int]) -> str:
-        return self.tok.decode(ids, skip_special_tokens=True).strip()
+        return text_of(self.tok, ids)
 
     def cache_assisted(self, q: Question, workload: str, k: int, threshold: float) -> Item:
         """No article in the prompt; references are the answers to the most similar stored questions."""
@@ -310,6 +313,10 @@ class Workbench:
         prompt_ids = self.prompt(q.question, history=history)
         sources = [Reference("earlier_answer", len(answer_ids))]
         return Item("followup", q.group, q.question, prompt_ids, [answer_ids], sources)
+
+
+def text_of(tokenizer, ids: list[int]) -> str:
+    return tokenizer.decode(ids, skip_special_tokens=True).strip()
 
 
 def build_items(
@@ -341,24 +348,25 @@ def run_workload(decoder: Decoder, items: list[Item], methods: list[str], text: 
 
 def run_grid(decoder: Decoder, items: list[Item]) -> list[GridCell]:
     """The paper's n-by-k figure: FixedCopyPolicy(n, k) against greedy on the same questions."""
-    greedy_seconds = 0.0
+    greedy_runs: list[MethodRun] = []
     cells: dict[tuple[int, int], list[MethodRun]] = {(n, k): [] for n in GRID_MATCH_LENS for k in GRID_COPY_LENS}
     for item in tqdm(items, desc="n-by-k grid", unit="question", leave=True):
         greedy_run, greedy_tokens = decoder.run("greedy", item, None)
-        greedy_seconds += greedy_run.seconds
+        greedy_runs.append(greedy_run)
         for (n, k), runs in cells.items():
             runs.append(decoder.run_policy(item, FixedCopyPolicy(match_len=n, copy_len=k), greedy_tokens))
-    return [grid_cell(n, k, greedy_seconds, runs) for (n, k), runs in cells.items()]
+    return [grid_cell(n, k, greedy_runs, runs) for (n, k), runs in cells.items()]
 
 
-def grid_cell(n: int, k: int, greedy_seconds: float, runs: list[MethodRun]) -> GridCell:
+def grid_cell(n: int, k: int, greedy_runs: list[MethodRun], runs: list[MethodRun]) -> GridCell:
     if not runs:
-        return GridCell(n, k, None, None, None)
-    seconds = sum(r.seconds for r in runs)
+        return GridCell(n, k, None, None, None, None)
+    speedup = sum(g.seconds for g in greedy_runs) / sum(r.seconds for r in runs)
+    cpu_speedup = sum(g.cpu_seconds for g in greedy_runs) / sum(r.cpu_seconds for r in runs)
     passes = sum(r.forward_passes for r in runs)
     tokens = sum(r.tokens for r in runs)
     identical = sum(r.identical for r in runs) / len(runs)
-    return GridCell(n, k, greedy_seconds / seconds, tokens / passes if passes else None, identical)
+    return GridCell(n, k, speedup, cpu_speedup, tokens / passes if passes else None, identical)
 
 
 def warm_up(decoder: Decoder, item: Item, methods: list[str]) -> None:
@@ -376,7 +384,7 @@ def warm_up(decoder: Decoder, item: Item, methods: list[str]) -> None:
 def summarize(workload: str, method: str, records: list[QuestionRecord]) -> Row:
     pairs = [(r, r.run(method), r.run("greedy"), r.run("hf_greedy")) for r in records if r.run(method)]
     if not pairs:
-        return Row(workload, method, 0, 0, 0.0, None, None, None, None, None, None, None, None)
+        return Row(workload, method, 0, 0, 0.0, None, None, None, None, None, None, None, None, None)
     runs = [p[1] for p in pairs]
     seconds = sum(r.seconds for r in runs)
     tokens = sum(r.tokens for r in runs)
@@ -392,6 +400,7 @@ def summarize(workload: str, method: str, records: list[QuestionRecord]) -> Row:
         tokens_per_s=tokens / seconds if seconds else None,
         speedup_vs_greedy=sum(g.seconds for _, _, g, _ in pairs) / seconds,
         speedup_vs_hf_greedy=sum(h.seconds for h in hf_runs) / seconds if len(hf_runs) == len(runs) else None,
+        cpu_speedup_vs_greedy=sum(g.cpu_seconds for _, _, g, _ in pairs) / sum(r.cpu_seconds for r in runs),
         tokens_per_pass=tokens / passes if passes else None,
         identical_share=sum(r.identical for r in runs) / len(runs),
         worst_speedup=min(per_question),
@@ -451,34 +460,61 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+class Stopwatch:
+    """Seconds spent in each phase of the run, for the report."""
+
+    def __init__(self) -> None:
+        self.laps: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.laps[name] = round(now - self._last, 1)
+        self._last = now
+
+
+def prepare_items(
+    decoder: Decoder, tokenizer, model_id: str, selection: Selection, articles: dict[str, str], k: int, threshold: float
+) -> tuple[dict[str, list[Item]], int]:
+    """Fill a throwaway answer cache with greedy answers to first wordings; build every workload's prompts on it."""
+    embedder = Embedder.load()
+    with tempfile.TemporaryDirectory(prefix="bench-cache-") as cache_dir:
+        cache = AnswerCache.open(cache_dir, embed=embedder.embed, dim=embedder.dim, embedder_name=embedder.name)
+        bench = Workbench(tokenizer, decoder, cache, model_id)
+        for group in tqdm(selection.groups_to_store(), desc="filling the cache", unit="answer"):
+            bench.store_first_wording(selection.groups[group][0])
+        items = build_items(bench, selection, articles, k, threshold)
+        cache.close()
+    return items, len(bench.group_of_entry)
+
+
 def run_bench(
     workload_path: Path, articles_path: Path, max_new_tokens: int, limit: int | None, methods: list[str],
     grid_questions: int, k: int, threshold: float,
 ) -> dict:
     """Load everything, fill the cache, run each workload and the grid; returns what results.json holds."""
-    started = time.time()
+    clock = Stopwatch()
     machine = machine_info()
     model, tok = load_model()
     model_id = Path(model.config.name_or_path).name
     torch.manual_seed(0)
     llma_policy = default_policy(model)  # measures the forward cost curve once, before any timing
     decoder = Decoder(model, tok.eos_token_id, max_new_tokens, llma_policy)
+    clock.lap("load model, measure cost curve")
     articles = load_articles(articles_path)
     selection = select_questions(load_questions(workload_path), articles, limit)
-    embedder = Embedder.load()
-    with tempfile.TemporaryDirectory(prefix="bench-cache-") as cache_dir:
-        cache = AnswerCache.open(cache_dir, embed=embedder.embed, dim=embedder.dim, embedder_name=embedder.name)
-        bench = Workbench(tok, decoder, cache, model_id)
-        for group in tqdm(selection.groups_to_store(), desc="filling the cache", unit="answer"):
-            bench.store_first_wording(selection.groups[group][0])
-        items = build_items(bench, selection, articles, k, threshold)
-        cache.close()
+    items, cache_entries = prepare_items(decoder, tok, model_id, selection, articles, k, threshold)
     first = next((i for w in WORKLOADS for i in items[w]), None)
     if first is not None:
         warm_up(decoder, first, methods)
-    records = {w: run_workload(decoder, items[w], methods, bench.text) for w in WORKLOADS}
+    clock.lap("fill cache, warm up")
+    records = {}
+    for workload in WORKLOADS:
+        records[workload] = run_workload(decoder, items[workload], methods, lambda ids: text_of(tok, ids))
+        clock.lap(workload)
     grid_items = items["cache_assisted"][: min(grid_questions, limit or grid_questions)]
     grid = run_grid(decoder, grid_items)
+    clock.lap("grid")
     rows = [summarize(w, m, records[w]) for w in WORKLOADS for m in METHODS if m in methods]
     warn_about_mismatches(rows)
     machine["load_average_at_end"] = list(os.getloadavg())
@@ -489,7 +525,7 @@ def run_bench(
         "settings": {
             "workload": str(workload_path), "articles": str(articles_path), "max_new_tokens": max_new_tokens,
             "limit": limit, "methods": methods, "grid_questions": len(grid_items), "k": k, "threshold": threshold,
-            "cache_entries": len(bench.group_of_entry), "paper_policy": asdict(PAPER_POLICY),
+            "cache_entries": cache_entries, "paper_policy": asdict(PAPER_POLICY),
             "llma_policy": {key: v for key, v in asdict(llma_policy).items() if key != "cost"},
         },
         "workloads": list(WORKLOADS),
@@ -497,7 +533,8 @@ def run_bench(
         "rows": [asdict(r) for r in rows],
         "grid": [asdict(c) for c in grid],
         "questions": [asdict(r) for w in WORKLOADS for r in records[w]],
-        "wall_seconds": time.time() - started,
+        "phase_seconds": clock.laps,
+        "wall_seconds": round(sum(clock.laps.values()), 1),
     }
 
 

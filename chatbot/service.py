@@ -122,10 +122,26 @@ class ChatService:
         settings: ChatSettings | None = None,
         seed_articles: dict[str, str] | None = None,
     ) -> "ChatService":
-        """Load model, embedder and cache; seed the knowledge base on first start."""
+        """Load the model (the bundled one by default), then open the service on it."""
+        model, tokenizer = load_model(model_path, threads=threads)
+        model_id = str(model_path or "SmolLM2-135M-Instruct")
+        return cls.open(model, tokenizer, model_id, data_dir, db_url, settings, seed_articles)
+
+    @classmethod
+    def open(
+        cls,
+        model,
+        tokenizer,
+        model_id: str,
+        data_dir: str | Path = "var",
+        db_url: str | None = None,
+        settings: ChatSettings | None = None,
+        seed_articles: dict[str, str] | None = None,
+        cost: CostCurve | None = None,
+    ) -> "ChatService":
+        """Open embedder and cache around a loaded model; seed the knowledge base on first start."""
         settings = settings or ChatSettings()
         data_dir = Path(data_dir)
-        model, tokenizer = load_model(model_path, threads=threads)
         embedder = Embedder.load()
         cache = AnswerCache.open(
             data_dir, embed=embedder.embed, dim=embedder.dim, url=db_url, max_entries=settings.max_entries,
@@ -139,8 +155,7 @@ class ChatService:
             for article_id, text in seed_articles.items():
                 title, _, body = text.partition("\n")
                 cache.upsert_article(article_id, title.strip(), body.strip())
-        cost = load_or_measure(model, data_dir / "cost_curves.json")
-        model_id = str(model_path or "SmolLM2-135M-Instruct")
+        cost = cost or load_or_measure(model, data_dir / "cost_curves.json")
         return cls(model, tokenizer, cache, settings, cost, model_id)
 
     # --- one turn --------------------------------------------------------------------------------
@@ -183,7 +198,9 @@ class ChatService:
     def _check_question(self, question: object) -> str:
         if not isinstance(question, str):
             raise InputError("The message must be text.")
-        question = clean_text(question).strip()
+        # Runs of spaces are collapsed before the model sees the text, so that a repeat typed with
+        # other spacing is the identical prompt (an exact hit) and still the model's own answer.
+        question = "\n".join(" ".join(line.split()) for line in clean_text(question).strip().splitlines())
         if not question:
             raise InputError("Please type a question.")
         if len(question) > self.settings.max_question_chars:

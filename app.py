@@ -1,0 +1,77 @@
+"""Start the helpdesk: read settings once, build the chat service, mount the web pages, serve them."""
+# ruff: noqa: E402  (the OpenMP setting below must come before torch is imported)
+
+import os
+
+# OpenMP reads this when torch loads. On a shared machine spinning waiters made forwards many times
+# slower (see chatbot/bench.py); sleeping waiters do not.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+import uvicorn
+from pydantic import SecretStr, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from chatbot import ChatService, ChatSettings
+from decoding import ModelLoadError
+from webui import AdminLogin, build_app
+
+
+class Settings(BaseSettings):
+    """Every knob of the app, read from CHATBOT_* environment variables (or a .env file)."""
+
+    model_config = SettingsConfigDict(env_prefix="CHATBOT_", env_file=".env", extra="ignore")
+
+    model: Path | None = None  # a Hugging Face model folder; None is the bundled SmolLM2-135M-Instruct
+    data_dir: Path = Path("var")
+    db_url: str | None = None  # any SQLAlchemy URL; None is SQLite in data_dir
+    host: str = "127.0.0.1"
+    port: int = 7860
+    threads: int = 2
+    max_new_tokens: int = ChatSettings.max_new_tokens
+    references_k: int = ChatSettings.references_k
+    similarity_threshold: float = ChatSettings.similarity_threshold
+    use_knowledge_base: bool = ChatSettings.use_knowledge_base
+    admin_user: str = "admin"
+    admin_password: SecretStr | None = None  # None: a random one is made and printed at start
+
+    def chat_settings(self) -> ChatSettings:
+        return ChatSettings(
+            max_new_tokens=self.max_new_tokens, references_k=self.references_k,
+            similarity_threshold=self.similarity_threshold, use_knowledge_base=self.use_knowledge_base,
+        )
+
+
+def main() -> None:
+    try:
+        settings = Settings()
+        chat_settings = settings.chat_settings()
+    except (ValidationError, ValueError) as err:
+        _fail(f"bad setting: {err}")
+    try:
+        service = ChatService.create(
+            settings.data_dir, settings.model, settings.db_url, settings.threads, chat_settings
+        )
+    except ModelLoadError as err:
+        _fail(f"cannot load the model: {err}")
+    login = AdminLogin.from_settings(settings.admin_user, _secret(settings.admin_password))
+    print(login.announcement("CHATBOT_ADMIN_PASSWORD"), flush=True)
+    print(f"Chat: http://{settings.host}:{settings.port}/   Admin: http://{settings.host}:{settings.port}/admin")
+    uvicorn.run(build_app(service, login), host=settings.host, port=settings.port)
+
+
+def _secret(value: SecretStr | None) -> str | None:
+    return value.get_secret_value() if value is not None else None
+
+
+def _fail(message: str) -> NoReturn:
+    """A configuration mistake: one line on stderr and exit code 2, no traceback."""
+    print(f"error: {' '.join(message.split())}", file=sys.stderr)
+    sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

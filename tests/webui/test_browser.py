@@ -1,0 +1,143 @@
+"""The pages in a real Chromium: ask, see the stats, rate, stop, hostile text stays text, the admin page.
+
+Screenshots go to test-artifacts/ (git-ignored).
+"""
+
+from pathlib import Path
+
+import pytest
+from gradio_client import Client
+
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--no-first-run",
+]
+QUESTION = "I requested a password reset but the email never arrived."  # an example; its text starts the same
+REPLY_TIMEOUT_MS = 150_000
+EVIL_ANSWER = (
+    'Reset steps <script>window.__xss = "script"</script> <img src=x onerror="window.__xss = \'img\'"> '
+    '[click me](javascript:window.__xss="link")'
+)
+EVIL_QUESTION = '<img src=x onerror="window.__xss = 1"> Can I print from Nimbus Drive? [x](javascript:window.__xss=2)'
+NOTHING_RAN = """() => ({
+    xss: window.__xss === undefined ? null : String(window.__xss),
+    scripts: document.querySelectorAll('#chat script, #details script, #cache-table script').length,
+    handlers: document.querySelectorAll('[onerror], [onload], [onclick]').length,
+    js_links: document.querySelectorAll('a[href^="javascript"]').length,
+})"""
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is missing: install Debian's chromium (make browser) to run the browser tests")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+def new_page(browser, url: str):
+    page = browser.new_page(viewport={"width": 1280, "height": 1000})
+    page.on("dialog", lambda dialog: pytest.fail(f"a dialog opened: {dialog.message}"))
+    page.goto(url)
+    page.locator("#question textarea").wait_for()
+    return page
+
+
+def ask(page, question: str) -> None:
+    page.locator("#question textarea").fill(question)
+    page.locator("#send").click()
+
+
+@pytest.fixture(scope="module")
+def chat_page(browser, server):
+    """A chat page in which the first example question was asked and answered."""
+    page = new_page(browser, f"{server.url}/")
+    page.get_by_role("button", name=QUESTION[:30]).first.click()
+    assert page.locator("#question textarea").input_value().startswith(QUESTION[:30])
+    page.locator("#send").click()
+    page.locator("#chat sub", has_text="forward pass").first.wait_for(timeout=REPLY_TIMEOUT_MS)
+    yield page
+    page.close()
+
+
+def entry_rows(admin_client: Client, search: str) -> list[list]:
+    table, _ = admin_client.predict(search, "date", True, api_name="/list_entries")
+    return table["data"]
+
+
+def test_reply_has_a_stats_line_and_details(chat_page, artifacts):
+    stats = chat_page.locator("#chat sub", has_text="forward pass").first
+    line = stats.inner_text()
+    for part in ("tokens", " s ·", "tok/s", "speedup", "copied", "forward pass"):
+        assert part in line
+    assert stats.get_attribute("title").startswith("How the speedup was measured:")
+    chat_page.locator("#show-details input").check()
+    details = chat_page.locator("#details")
+    details.get_by_text("References").wait_for()
+    assert "How the speedup was measured" in details.inner_text()
+    chat_page.screenshot(path=artifacts / "chat.png", full_page=True)
+
+
+def test_thumbs_and_reason_are_stored_with_the_reply(chat_page, admin_client):
+    chat_page.locator("#chat button[aria-label='Like']").last.click()
+    chat_page.get_by_text("Thanks for the feedback").wait_for()
+    chat_page.locator("#feedback-reason textarea").fill("clear steps")
+    chat_page.locator("#send-reason").click()
+    chat_page.get_by_text("your reason was saved").wait_for()
+    entry_id = entry_rows(admin_client, QUESTION)[0][0]
+    replies = admin_client.predict(entry_id, api_name="/open_entry")[3]["data"]
+    assert any(row[5] == "up clear steps" for row in replies)
+
+
+def test_stop_keeps_nothing_and_hostile_question_stays_text(browser, server, admin_client):
+    page = new_page(browser, f"{server.url}/")
+    ask(page, EVIL_QUESTION)
+    page.locator("#stop").click()
+    page.get_by_text("Stopped: this reply was not saved").wait_for(timeout=30_000)
+    assert page.locator("#question textarea").is_enabled()
+    assert "<img src=x onerror=" in page.locator("#chat").inner_text()  # shown as typed
+    assert page.evaluate(NOTHING_RAN) == {"xss": None, "scripts": 0, "handlers": 0, "js_links": 0}
+    page.close()
+    assert entry_rows(admin_client, "Can I print from Nimbus Drive") == []
+
+
+def test_hostile_cached_answer_is_shown_as_text(browser, server, admin_client, chat_page, artifacts):
+    entry_id = entry_rows(admin_client, QUESTION)[0][0]
+    assert admin_client.predict(entry_id, QUESTION, EVIL_ANSWER, api_name="/edit_entry") == f"Saved entry #{entry_id}."
+    page = new_page(browser, f"{server.url}/")  # a new session: same question, same (empty) history
+    page.locator("#show-details input").check()
+    ask(page, QUESTION)
+    page.locator("#chat sub", has_text="forward pass").first.wait_for(timeout=REPLY_TIMEOUT_MS)
+    page.locator("#details").get_by_text(f"#{entry_id}").wait_for()
+    assert '<script>window.__xss = "script"</script>' in page.locator("#details").inner_text()
+    assert page.evaluate(NOTHING_RAN) == {"xss": None, "scripts": 0, "handlers": 0, "js_links": 0}
+    page.screenshot(path=artifacts / "chat-hostile-cached-answer.png", full_page=True)
+    page.close()
+
+
+def test_admin_page_after_login(browser, server, artifacts):
+    page = browser.new_page(viewport={"width": 1280, "height": 1000})
+    page.goto(server.admin_url)
+    page.locator("input[type=password]").wait_for()
+    assert page.locator("#cache-table").count() == 0  # nothing of the admin page before the login
+    page.locator("input[type=text]").fill(server.admin_user)
+    page.locator("input[type=password]").fill(server.admin_password)
+    page.keyboard.press("Enter")
+    table = page.locator("#cache-table")
+    table.get_by_text(QUESTION[:30]).first.wait_for(timeout=30_000)
+    table.get_by_text(QUESTION[:30]).first.click()
+    page.get_by_text("Editing a cached answer can change only speed").wait_for()
+    page.locator("#entry-status").get_by_text("Entry #").wait_for()
+    assert page.evaluate(NOTHING_RAN)["xss"] is None
+    page.screenshot(path=artifacts / "admin-cache.png", full_page=True)
+    page.get_by_role("tab", name="Dashboard").click()
+    page.locator("#dashboard-summary").get_by_text("Replies served").wait_for(timeout=30_000)
+    page.locator("img").first.wait_for()
+    page.screenshot(path=artifacts / "admin-dashboard.png", full_page=True)
+    page.close()

@@ -1,0 +1,73 @@
+"""The stats line, the highlighting and the reference list: numbers shown right, all foreign text escaped."""
+
+from datetime import UTC, datetime
+
+from cache.records import ArticleRecord, CachedAnswer
+from chatbot import Span
+from webui import format as fmt
+
+EVIL = '<script>alert(1)</script><img src=x onerror=alert(2)>"\''
+STATS = {
+    "tokens": 32, "forward_passes": 18, "copied_tokens": 14, "seconds": 1.4123, "tokens_per_second": 22.66,
+    "speedup": 1.77, "speedup_method": "estimate: prefill + 31 steps", "exact_hit": False, "copied_share": 0.438,
+    "references": [{"id": 7, "similarity": 0.812, "copied": 14}],
+    "article": {"id": "reset-password", "similarity": 0.6},
+}
+
+
+def entry(entry_id: int, question: str, answer: str) -> CachedAnswer:
+    now = datetime.now(UTC)
+    return CachedAnswer(
+        id=entry_id, question=question, normalized_question=question.lower(), context="", context_key="",
+        answer=answer, answer_ids=[1], model_id="m", prompt_hash="", article_ids=[], stats={},
+        created_at=now, updated_at=now, last_used_at=now, hits=0, uses=0,
+    )
+
+
+def test_stats_line_has_every_number():
+    line = fmt.stats_line(STATS)
+    assert line == (
+        "32 tokens · 1.41 s · 22.7 tok/s · speedup 1.8x (estimated) · 44% copied · 18 forward passes"
+    )
+
+
+def test_exact_hit_says_how_the_speedup_was_measured():
+    line = fmt.stats_line({**STATS, "exact_hit": True, "forward_passes": 0, "speedup": 85.0, "copied_share": 1.0})
+    assert "speedup 85.0x (exact repeat)" in line and "100% copied" in line and "0 forward passes" in line
+
+
+def test_reply_markdown_puts_the_method_in_a_tooltip_escaped():
+    bubble = fmt.reply_markdown("Hello", {**STATS, "speedup_method": EVIL}, notice="old <b>turns</b> dropped")
+    assert bubble.startswith('Hello\n\n<sub title="How the speedup was measured: &lt;script&gt;')
+    assert "<script>" not in bubble and "<img" not in bubble and "<b>" not in bubble
+    assert "&quot;&#x27;" in bubble  # quotes cannot end the title attribute
+
+
+def test_highlighting_marks_the_spans_and_escapes_the_rest():
+    text = "abc <b>def</b> ghi"
+    out = fmt.highlighted_html(text, [Span(4, 14, "cache:3"), Span(15, 18, "reply")])
+    assert '<mark class="copied-cache" title="copied from cached answer #3">&lt;b&gt;def&lt;/b&gt;</mark>' in out
+    assert '<mark class="copied-reply" title="copied from earlier in this reply">ghi</mark>' in out
+    assert out.startswith('<div class="reply-text">abc ')
+
+
+def test_highlighting_survives_overlapping_and_out_of_range_spans():
+    out = fmt.highlighted_html("abcdef", [Span(0, 4, "prompt"), Span(2, 5, "prompt"), Span(5, 99, "reply")])
+    assert out.count("<mark") == 3 and "abcd" in out and ">e</mark>" in out and ">f</mark>" in out
+
+
+def test_references_escape_cached_text_and_note_deleted_ones():
+    stats = {**STATS, "references": [{"id": 7, "similarity": 0.8, "copied": 3}, {"id": 9, "similarity": 0.6}]}
+    article = ArticleRecord("reset-password", EVIL, "body", datetime.now(UTC), datetime.now(UTC))
+    out = fmt.references_html(stats, {7: entry(7, EVIL, EVIL), 9: None}, article)
+    assert "<script>" not in out and "<img" not in out
+    assert out.count("&lt;script&gt;") == 3
+    assert "#9</b> (similarity 0.60, 0 tokens copied): (since deleted)" in out
+
+
+def test_no_references_says_so():
+    assert "No cached answer" in fmt.references_html({"references": [], "article": None}, {}, None)
+
+
+def test_escape_markup_keeps_text_readable():
+    assert fmt.escape_markup("a < b & <img src=x>") == "a &lt; b &amp; &lt;img src=x&gt;"

@@ -1,0 +1,36 @@
+"""Helpers shared by the web UI tests (a plain module: `from conftest import` is ambiguous across packages)."""
+
+import os
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+ARTIFACTS = REPO / "test-artifacts"
+
+
+@dataclass(frozen=True)
+class Server:
+    url: str  # without a trailing slash
+    admin_user: str
+    admin_password: str
+    data_dir: Path
+    upload_dir: Path  # Gradio's upload/cache folder for this server (GRADIO_TEMP_DIR)
+    log: Path
+
+    @property
+    def admin_url(self) -> str:
+        return f"{self.url}/admin/"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def server_env(data_dir: Path, **extra: str) -> dict[str, str]:
+    """The environment app.py runs under in these tests: small replies, two threads, a fresh data folder."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CHATBOT_")}
+    env.update(CHATBOT_DATA_DIR=str(data_dir), CHATBOT_MAX_NEW_TOKENS="32", CHATBOT_THREADS="2", **extra)
+    return env

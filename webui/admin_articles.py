@@ -1,0 +1,74 @@
+"""Admin tab: the knowledge base of help articles: list, add, edit, delete."""
+
+import gradio as gr
+
+from cache import AnswerCache
+
+from .auth import PRIVATE, AdminLogin
+from .format import escape_markup
+
+ARTICLE_COLUMNS = ["id", "title", "updated (UTC)"]
+
+
+class ArticleEditor:
+    def __init__(self, cache: AnswerCache, login: AdminLogin) -> None:
+        self.cache, self.login = cache, login
+
+    def build(self) -> gr.Dataframe:
+        """Lay out and wire the tab; returns the table so the page can fill it on load."""
+        gr.Markdown("Help articles are given to the model in the prompt when they match a question.")
+        table = gr.Dataframe(headers=ARTICLE_COLUMNS, interactive=False, elem_id="article-table")
+        article_id = gr.Textbox(label="Article id (letters, digits and dashes)", elem_id="article-id")
+        title = gr.Textbox(label="Title", elem_id="article-title")
+        body = gr.Textbox(label="Body", lines=10, elem_id="article-body")
+        status = gr.Markdown()
+        with gr.Row():
+            new = gr.Button("New article")
+            save = gr.Button("Save article", variant="primary")
+            delete = gr.Button("Delete article", variant="stop")
+            confirm = gr.Button("Really delete?", variant="stop", visible=False)
+        fields = [article_id, title, body]
+        table.select(self.open_article, None, [*fields, status], **PRIVATE)
+        new.click(_blank, None, [*fields, status], **PRIVATE)
+        save.click(self.save_article, fields, [status], api_name="save_article").then(
+            self.list_articles, None, [table], **PRIVATE
+        )
+        delete.click(_reveal, None, [confirm], **PRIVATE)
+        confirm.click(self.delete_article, [article_id], [status, confirm], api_name="delete_article").then(
+            self.list_articles, None, [table], **PRIVATE
+        )
+        return table
+
+    def list_articles(self, request: gr.Request) -> list[list]:
+        self.login.require(request)
+        return [[a.id, a.title, a.updated_at.strftime("%Y-%m-%d %H:%M")] for a in self.cache.list_articles()]
+
+    def open_article(self, evt: gr.SelectData, request: gr.Request):
+        self.login.require(request)
+        article = self.cache.get_article(str(evt.row_value[0]))
+        if article is None:
+            return "", "", "", "That article was deleted meanwhile."
+        return article.id, article.title, article.body, f"Editing article **{escape_markup(article.id)}**."
+
+    def save_article(self, article_id: str, title: str, body: str, request: gr.Request) -> str:
+        """Create or replace the article; it is re-embedded, so matching questions find it at once."""
+        self.login.require(request)
+        article_id = article_id.strip()
+        if not article_id or not title.strip() or not body.strip():
+            return "An article needs an id, a title and a body."
+        self.cache.upsert_article(article_id, title.strip(), body.strip())
+        return f"Saved article **{escape_markup(article_id)}**."
+
+    def delete_article(self, article_id: str, request: gr.Request):
+        self.login.require(request)
+        deleted = self.cache.delete_article(article_id.strip())
+        status = f"Deleted article **{escape_markup(article_id)}**." if deleted else "No such article."
+        return status, gr.Button(visible=False)
+
+
+def _blank():
+    return "", "", "", "New article: fill in id, title and body, then save."
+
+
+def _reveal() -> gr.Button:
+    return gr.Button(visible=True)

@@ -1,0 +1,56 @@
+"""Admin tab: how much the cache helps: speedups, hit rates, time saved, what people ask."""
+
+import gradio as gr
+
+from cache import AnswerCache, DashboardStats
+
+from . import plots
+from .auth import AdminLogin
+
+
+class Dashboard:
+    def __init__(self, cache: AnswerCache, login: AdminLogin) -> None:
+        self.cache, self.login = cache, login
+
+    def build(self) -> list:
+        """Lay out and wire the tab; returns its outputs so the page can refresh them on tab select."""
+        refresh = gr.Button("Refresh", elem_id="dashboard-refresh")
+        summary = gr.Markdown(elem_id="dashboard-summary")
+        with gr.Row():
+            histogram, over_time = gr.Plot(show_label=False), gr.Plot(show_label=False)
+        with gr.Row():
+            rates, top = gr.Plot(show_label=False), gr.Plot(show_label=False)
+        unreferenced = gr.Plot(show_label=False)
+        outputs = [summary, histogram, over_time, rates, top, unreferenced]
+        refresh.click(self.refresh, None, outputs, api_name="dashboard")
+        return outputs
+
+    def refresh(self, request: gr.Request):
+        self.login.require(request)
+        stats, series = self.cache.dashboard_stats(), self.cache.reply_series()
+        return (
+            summary_markdown(stats),
+            plots.speedup_histogram(series),
+            plots.speedup_over_time(series),
+            plots.hit_rates(stats),
+            plots.question_bars(stats.top_questions, "Most asked questions"),
+            plots.question_bars(stats.top_unreferenced_questions, "Asked with no useful reference (no cache hit)"),
+        )
+
+
+def summary_markdown(stats: DashboardStats) -> str:
+    """The headline numbers as a small table."""
+    def speedup(value: float | None) -> str:
+        return f"{value:.2f}x" if value is not None else "n/a"
+
+    rows = [
+        ("Replies served", f"{stats.replies}"),
+        ("Cached answers / help articles", f"{stats.entries} / {stats.articles}"),
+        ("Exact hits", f"{stats.exact_hits} ({stats.exact_hit_rate:.0%})"),
+        ("Replies with a similar past answer as reference", f"{stats.reference_hit_rate:.0%}"),
+        ("Replies with no useful reference", f"{stats.replies_without_references}"),
+        ("Mean / median speedup", f"{speedup(stats.mean_speedup)} / {speedup(stats.median_speedup)}"),
+        ("Time saved against plain greedy decoding", f"{stats.seconds_saved:.1f} s"),
+        ("Feedback: thumbs up / down", f"{stats.positive_feedback} / {stats.negative_feedback}"),
+    ]
+    return "| Measure | Value |\n|---|---|\n" + "\n".join(f"| {label} | {value} |" for label, value in rows)

@@ -1,0 +1,43 @@
+"""The admin page at /admin: cache browser, knowledge base, dashboard, verify, import/export.
+
+Gradio's login guards every route of this app; each handler also checks the login itself.
+"""
+
+import gradio as gr
+
+from chatbot import ChatService
+
+from .admin_articles import ArticleEditor
+from .admin_cache import CacheBrowser
+from .admin_dashboard import Dashboard
+from .admin_tools import ReplyVerifier, Transfer
+from .auth import PRIVATE, AdminLogin
+
+PATH = "/admin"
+DELETE_FILES_AFTER = (3600, 3600)  # exports and uploads leave Gradio's cache folder after an hour
+
+
+def build_admin(service: ChatService, login: AdminLogin) -> gr.Blocks:
+    with gr.Blocks(title="Helpdesk admin", delete_cache=DELETE_FILES_AFTER) as blocks:
+        with gr.Row():
+            gr.Markdown("## Helpdesk admin")
+            gr.Button("Log out", link=f"{PATH}/logout", size="sm", scale=0)
+        with gr.Tab("Cache", id="cache"):
+            cache = CacheBrowser(service, login)
+            cache.build()
+        with gr.Tab("Knowledge base", id="articles"):
+            articles = ArticleEditor(service.cache, login)
+            article_table = articles.build()
+        with gr.Tab("Dashboard", id="dashboard") as dashboard_tab:
+            dashboard = Dashboard(service.cache, login)
+            dashboard_outputs = dashboard.build()
+        with gr.Tab("Verify", id="verify") as verify_tab:
+            verifier = ReplyVerifier(service, login)
+            reply_table = verifier.build()
+        with gr.Tab("Import / export", id="transfer"):
+            Transfer(service, login).build()
+        blocks.load(cache.list_page, [*cache.query, cache.page, gr.State(0)], cache.table_outputs, **PRIVATE)
+        blocks.load(articles.list_articles, None, [article_table], **PRIVATE)
+        dashboard_tab.select(dashboard.refresh, None, dashboard_outputs, **PRIVATE)
+        verify_tab.select(verifier.recent, None, [reply_table], **PRIVATE)
+    return blocks

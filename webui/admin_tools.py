@@ -1,0 +1,106 @@
+"""Admin tabs: verify a reply against plain greedy decoding; export and import the cache and articles."""
+
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+
+import gradio as gr
+
+from chatbot import ChatService
+
+from .auth import PRIVATE, AdminLogin
+from .format import escape_markup
+
+REPLY_COLUMNS = ["reply id", "time (UTC)", "question", "exact hit", "speedup", "verified", "measured speedup"]
+
+
+class ReplyVerifier:
+    def __init__(self, service: ChatService, login: AdminLogin) -> None:
+        self.service, self.login = service, login
+
+    def build(self) -> gr.Dataframe:
+        """Lay out and wire the tab; returns the table so the page can refresh it on tab select."""
+        gr.Markdown(
+            "Verify reruns a reply's prompt with plain greedy decoding, checks the tokens are identical and "
+            "measures the real speedup. It uses the model, so it waits for chat turns in progress."
+        )
+        refresh = gr.Button("Refresh recent replies")
+        table = gr.Dataframe(headers=REPLY_COLUMNS, interactive=False, label="Recent replies", elem_id="reply-table")
+        with gr.Row():
+            reply_id = gr.Number(label="Reply id (or click a row)", precision=0, elem_id="verify-id")
+            verify = gr.Button("Verify", variant="primary", elem_id="verify")
+        result = gr.Markdown(elem_id="verify-result")
+        refresh.click(self.recent, None, [table], **PRIVATE)
+        table.select(self.pick_row, None, [reply_id], **PRIVATE)
+        verify.click(self.verify, [reply_id], [result], api_name="verify", concurrency_limit=1).then(
+            self.recent, None, [table], **PRIVATE
+        )
+        return table
+
+    def recent(self, request: gr.Request) -> list[list]:
+        self.login.require(request)
+        return [
+            [
+                r.id, r.created_at.strftime("%Y-%m-%d %H:%M:%S"), r.question[:100], r.exact_hit,
+                r.stats.get("speedup"), {True: "identical", False: "DIFFERS", None: ""}[r.verified],
+                round(r.measured_speedup, 2) if r.measured_speedup is not None else None,
+            ]
+            for r in self.service.cache.recent_replies(limit=50)
+        ]
+
+    def pick_row(self, evt: gr.SelectData, request: gr.Request) -> int:
+        self.login.require(request)
+        return int(evt.row_value[0])
+
+    def verify(self, reply_id: float | None, request: gr.Request) -> str:
+        self.login.require(request)
+        if not reply_id:
+            return "Enter a reply id (pick one from the table)."
+        try:
+            check = self.service.verify(int(reply_id))
+        except (KeyError, ValueError) as err:
+            return f"Cannot verify reply {int(reply_id)}: {escape_markup(str(err))}"
+        verdict = "identical to" if check.identical else "DIFFERS from"
+        return (
+            f"**Reply {check.reply_id}: {verdict} plain greedy decoding.**  \n"
+            f"Greedy took {check.greedy_seconds:.2f} s, the reply took {check.reply_seconds:.2f} s: "
+            f"measured speedup **{check.measured_speedup:.2f}x**."
+        )
+
+
+class Transfer:
+    def __init__(self, service: ChatService, login: AdminLogin) -> None:
+        self.cache, self.login = service.cache, login
+        self.export_dir = Path(tempfile.mkdtemp(prefix="chatbot-export-"))
+
+    def build(self) -> None:
+        gr.Markdown(
+            "Export writes every cached answer and help article as JSON Lines. Import adds or updates the records "
+            "of such a file in one transaction: a bad line imports nothing."
+        )
+        with gr.Row():
+            with gr.Column():
+                export = gr.Button("Export cache and articles")
+                exported = gr.File(label="Export", interactive=False, elem_id="export-file")
+            with gr.Column():
+                upload = gr.File(label="JSONL file to import", file_types=[".jsonl"], elem_id="import-file")
+                run_import = gr.Button("Import")
+                status = gr.Markdown(elem_id="import-status")
+        export.click(self.export, None, [exported], api_name="export")
+        run_import.click(self.import_file, [upload], [status], api_name="import")
+
+    def export(self, request: gr.Request) -> str:
+        self.login.require(request)
+        path = self.export_dir / f"helpdesk-{datetime.now(UTC):%Y%m%d-%H%M%S}.jsonl"
+        self.cache.export_jsonl(path)
+        return str(path)
+
+    def import_file(self, path: str | None, request: gr.Request) -> str:
+        self.login.require(request)
+        if not path:
+            return "Choose a .jsonl file first."
+        try:
+            count = self.cache.import_jsonl(path)
+        except (ValueError, UnicodeDecodeError) as err:
+            return f"Nothing imported: {escape_markup(str(err))}"
+        return f"Imported {count} records."

@@ -1,0 +1,39 @@
+"""The web server: one FastAPI app with the chat at / for everyone and the admin page at /admin behind a login."""
+
+import gradio as gr
+from fastapi import FastAPI
+from gradio.utils import get_upload_folder
+
+from chatbot import ChatService
+
+from . import admin_page
+from .auth import AdminLogin
+from .chat_page import ChatPage, example_questions
+
+CSS = """
+mark.copied-cache { background: #fde68a; }
+mark.copied-prompt { background: #bfdbfe; }
+mark.copied-reply { background: #bbf7d0; }
+.reply-text { white-space: pre-wrap; line-height: 1.5; }
+"""
+
+
+def build_app(service: ChatService, login: AdminLogin) -> FastAPI:
+    """Mount the admin page first: a mount at / would otherwise take every path."""
+    app = FastAPI(title="Nimbus Drive helpdesk", docs_url=None, redoc_url=None, openapi_url=None)
+    app.get("/healthz", include_in_schema=False)(_healthz)
+    common = {"ssr_mode": False, "mcp_server": False, "run_history": False, "css": CSS}
+    gr.mount_gradio_app(
+        app, admin_page.build_admin(service, login), path=admin_page.PATH, auth=login.check,
+        auth_message="Helpdesk admin: log in with the admin credentials.", footer_links=["gradio"], **common,
+    )
+    gr.mount_gradio_app(
+        app, ChatPage(service, example_questions()).build(), path="/", footer_links=["api", "gradio"],
+        # Admin exports and uploads sit in Gradio's shared upload folder; the chat page serves no files at all.
+        blocked_paths=[str(get_upload_folder())], **common,
+    )
+    return app
+
+
+def _healthz() -> dict:
+    return {"status": "ok"}
