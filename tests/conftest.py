@@ -1,8 +1,13 @@
 """Shared fixtures: a tiny random-weight LLaMA for fast property tests and the bundled model for a few real ones."""
 
-import pytest
-import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+import os
+
+# Sleeping OpenMP waiters: spinning ones make forwards many times slower when the 2 cores are shared.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
 torch.set_num_threads(2)
 
