@@ -21,9 +21,9 @@ from webui import AdminLogin, build_app
 
 
 class Settings(BaseSettings):
-    """Every knob of the app, read from CHATBOT_* environment variables (or a .env file)."""
+    """Every knob of the app, read from CHATBOT_* environment variables (CHATBOT_PORT=8000, ...)."""
 
-    model_config = SettingsConfigDict(env_prefix="CHATBOT_", env_file=".env", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="CHATBOT_")
 
     model: Path | None = None  # a Hugging Face model folder; None is the bundled SmolLM2-135M-Instruct
     data_dir: Path = Path("var")
@@ -60,7 +60,7 @@ def main() -> None:
     login = AdminLogin.from_settings(settings.admin_user, _secret(settings.admin_password))
     print(login.announcement("CHATBOT_ADMIN_PASSWORD"), flush=True)
     print(f"Chat: http://{settings.host}:{settings.port}/   Admin: http://{settings.host}:{settings.port}/admin")
-    uvicorn.run(build_app(service, login), host=settings.host, port=settings.port)
+    uvicorn.run(build_app(service, login), host=settings.host, port=settings.port, timeout_graceful_shutdown=5)
 
 
 def _secret(value: SecretStr | None) -> str | None:

@@ -140,6 +140,11 @@ def workloads_section(results: dict) -> str:
         "workloads (cache_assisted, repeat, novel) it cannot see the references and runs on the plain prompt, which is "
         "how a user would reach for it. On rag and followup the article or earlier answer is in the prompt."
     )
+    if results["settings"]["limit"] is not None:
+        lines.append(
+            f"\nWith --limit the cache holds only the {results['settings']['cache_entries']} answers the selected "
+            "questions need, so retrieval meets fewer unrelated answers than in a full run."
+        )
     return "\n".join(lines)
 
 
@@ -184,17 +189,20 @@ def cost_section(results: dict) -> str:
 
 
 def header_section(results: dict) -> str:
-    s, m = results["settings"], results["machine"]
-    return (
-        f"# LLMA benchmark\n\nModel {results['model']['id']} ({results['model']['dtype']}), max {s['max_new_tokens']} "
-        f"new tokens, limit {s['limit']}, cache k={s['k']} threshold={s['threshold']}, {s['cache_entries']} entries. "
-        f"Machine: {m['platform']}, {m['cpu_count']} CPUs, {m['torch_threads']} torch threads, "
-        f"OMP_WAIT_POLICY={m.get('omp_wait_policy')}, load average "
-        f"{m['load_average_at_start'][0]:.1f} at start and {m['load_average_at_end'][0]:.1f} at end. "
-        f"Run took {results['wall_seconds']:.0f} s ("
-        + ", ".join(f"{name} {secs:.0f} s" for name, secs in results["phase_seconds"].items()) + ")."
-        + busy_machine_note(m)
-    )
+    s, m, model = results["settings"], results["machine"], results["model"]
+    phases = ", ".join(f"{name} {secs:.0f} s" for name, secs in results["phase_seconds"].items())
+    lines = [
+        "# LLMA benchmark",
+        "",
+        f"- Model: {model['id']} ({model['dtype']}), at most {s['max_new_tokens']} new tokens per reply.",
+        f"- Questions: at most {s['limit']} per workload, each method's fastest of {s['repeats']} round(s); "
+        f"cache k={s['k']}, threshold {s['threshold']}, {s['cache_entries']} stored answers.",
+        f"- Machine: {m['platform']}, {m['cpu_count']} CPUs, {m['torch_threads']} torch threads, "
+        f"OMP_WAIT_POLICY={m.get('omp_wait_policy')}; load average {m['load_average_at_start'][0]:.1f} at start, "
+        f"{m['load_average_at_end'][0]:.1f} at end.",
+        f"- Took {results['wall_seconds']:.0f} s: {phases}.",
+    ]
+    return "\n".join(lines) + busy_machine_note(m)
 
 
 def busy_machine_note(machine: dict) -> str:

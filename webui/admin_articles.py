@@ -28,6 +28,8 @@ class ArticleEditor:
             delete = gr.Button("Delete article", variant="stop")
             confirm = gr.Button("Really delete?", variant="stop", visible=False)
         fields = [article_id, title, body]
+        refresh = gr.Button("Refresh list", size="sm")
+        refresh.click(self.list_articles, None, [table], api_name="list_articles")
         table.select(self.open_article, None, [*fields, status], **PRIVATE)
         new.click(_blank, None, [*fields, status], **PRIVATE)
         save.click(self.save_article, fields, [status], api_name="save_article").then(

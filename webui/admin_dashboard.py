@@ -34,7 +34,7 @@ class Dashboard:
             plots.speedup_over_time(series),
             plots.hit_rates(stats),
             plots.question_bars(stats.top_questions, "Most asked questions"),
-            plots.question_bars(stats.top_unreferenced_questions, "Asked with no useful reference (no cache hit)"),
+            plots.question_bars(stats.top_unreferenced_questions, "Asked with no useful reference"),
         )
 
 

@@ -110,7 +110,7 @@ class ChatPage:
         )
         answering = sent.then(
             self.respond, [v.pending, v.messages, v.turns, v.replies],
-            [v.chatbot, v.messages, v.turns, v.replies, v.details, v.textbox], show_progress="minimal",
+            [v.chatbot, v.messages, v.turns, v.replies, v.details, v.textbox], show_progress_on=[v.chatbot],
             **MODEL_QUEUE, **PRIVATE,
         )
         answering.then(_unlock, None, locked, queue=False, **PRIVATE)  # runs after errors too

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from gradio_client import Client
+from playwright.sync_api import expect
 
 from webui.chat_page import example_questions
 
@@ -61,7 +62,7 @@ def chat_page(browser, server):
     """A chat page in which the first example question was asked and answered."""
     page = new_page(browser, f"{server.url}/")
     page.get_by_text(QUESTION[:40]).first.click()
-    assert page.locator("#question textarea").input_value() == QUESTION
+    expect(page.locator("#question textarea")).to_have_value(QUESTION)
     page.locator("#send").click()
     page.locator("#chat sub", has_text="forward pass").first.wait_for(timeout=REPLY_TIMEOUT_MS)
     yield page
@@ -131,9 +132,9 @@ def test_admin_page_after_login(browser, server, artifacts):
     page.locator("input[type=text]").fill(server.admin_user)
     page.locator("input[type=password]").fill(server.admin_password)
     page.keyboard.press("Enter")
-    table = page.locator("#cache-table")
-    table.get_by_text(QUESTION[:30]).first.wait_for(timeout=30_000)
-    table.get_by_text(QUESTION[:30]).first.click()
+    cell = page.locator("#cache-table").get_by_text(QUESTION[:30]).filter(visible=True).first
+    cell.wait_for(timeout=30_000)
+    cell.click()
     page.get_by_text("Editing a cached answer can change only speed").wait_for()
     page.locator("#entry-status").get_by_text("Entry #").wait_for()
     assert page.evaluate(NOTHING_RAN)["xss"] is None

@@ -1,13 +1,16 @@
 """The running server through gradio_client and plain HTTP: the public /chat API, and the admin app's login wall."""
 
+from pathlib import Path
+
 import httpx
 import pytest
-from gradio_client import Client
+from gradio_client import Client, handle_file
 from gradio_client.exceptions import AppError, AuthenticationError
 
 pytestmark = pytest.mark.slow
 
 QUESTION = "How do I reset my password?"
+FOLLOW_UP = "Thanks! And where do I find that setting?"
 STATS_FIELDS = {
     "tokens", "forward_passes", "copied_tokens", "seconds", "tokens_per_second", "greedy_seconds_estimate", "speedup",
     "speedup_method", "exact_hit", "copied_share", "tokens_per_forward_pass", "references", "article", "reply_id",
@@ -33,10 +36,29 @@ def test_same_question_again_is_an_exact_hit(chat_client: Client, first_answer):
     assert stats["exact_hit"] and stats["forward_passes"] == 0
 
 
-def test_chat_takes_a_history(chat_client: Client, first_answer):
+@pytest.fixture(scope="module")
+def follow_up(chat_client: Client, first_answer) -> tuple[list[dict], str, dict]:
     history = [{"role": "user", "content": QUESTION}, {"role": "assistant", "content": first_answer[0]}]
-    text, stats = chat_client.predict("Thanks!", history, api_name="/chat")
+    return history, *chat_client.predict(FOLLOW_UP, history, api_name="/chat")
+
+
+def test_chat_takes_a_history(follow_up):
+    _, text, stats = follow_up
     assert text.strip() and not stats["exact_hit"]
+
+
+@pytest.mark.xfail(
+    strict=True, raises=AssertionError,
+    reason="the service serves an exact repeat's stored answer without verifying it, so an edited answer is "
+    "served as is; remove this mark once exact hits are verified or edits drop the exact key",
+)
+def test_editing_a_cached_answer_never_changes_the_reply(chat_client: Client, admin_client: Client, follow_up):
+    history, text, _ = follow_up
+    table, _ = admin_client.predict(FOLLOW_UP, "date", True, api_name="/list_entries")
+    entry_id = table["data"][0][0]
+    admin_client.predict(entry_id, FOLLOW_UP, "Edited: call us at 555-0100.", api_name="/edit_entry")
+    again, _ = chat_client.predict(FOLLOW_UP, history, api_name="/chat")
+    assert again == text
 
 
 @pytest.mark.parametrize("message", ["", "   \n "])
@@ -102,6 +124,31 @@ def test_admin_api_works_with_the_login(admin_client: Client, first_answer):
     table, info = admin_client.predict("reset my password", "hits", True, api_name="/list_entries")
     assert any(QUESTION in str(row) for row in table["data"])
     assert "entries" in info
+
+
+def test_knowledge_base_add_edit_delete(admin_client: Client):
+    def article_ids() -> list[str]:
+        return [row[0] for row in admin_client.predict(api_name="/list_articles")["data"]]
+
+    assert "reset-password" in article_ids()  # seeded from data/articles.json
+    saved = admin_client.predict("test-printing", "Printing files", "Open the file, then press Print.",
+                                 api_name="/save_article")
+    assert saved == "Saved article **test-printing**." and "test-printing" in article_ids()
+    assert admin_client.predict("test-printing", api_name="/delete_article")[0].startswith("Deleted")
+    assert "test-printing" not in article_ids()
+
+
+def test_export_then_import_round_trips(admin_client: Client):
+    exported = admin_client.predict(api_name="/export")
+    lines = Path(exported).read_text().splitlines()
+    assert any('"kind": "article"' in line for line in lines)
+    assert admin_client.predict(handle_file(exported), api_name="/import") == f"Imported {len(lines)} records."
+
+
+def test_import_of_a_bad_file_imports_nothing(admin_client: Client, tmp_path: Path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"kind": "entry", "question": "q"}\nnot json\n')
+    assert admin_client.predict(handle_file(str(bad)), api_name="/import").startswith("Nothing imported: ")
 
 
 def test_exports_are_not_served_by_the_public_app(server, admin_client: Client):

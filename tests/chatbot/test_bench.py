@@ -1,0 +1,69 @@
+"""The real bench, end to end, on a tiny workload: every workload and method reported, LLMA lossless."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from chatbot.bench import LLMA_METHODS, METHODS, WORKLOADS
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+
+QUESTIONS = [
+    {"group": "reset", "question": "How do I reset my password?", "article": "reset"},
+    {"group": "reset", "question": "I forgot my password, how do I get a new one?", "article": "reset"},
+    {"group": "reset", "question": "can you make that shorter", "article": "reset", "follow_up": True},
+    {"group": "share", "question": "How do I share a folder?", "article": "share"},
+    {"group": "share", "question": "how can i share a folder with my team", "article": "share"},
+    {"group": "linux", "question": "Do you have a desktop app for Linux?", "article": None},
+]
+ARTICLES = {
+    "reset": "Reset your password\nOn the sign-in page click Forgot password, enter your email address and follow "
+    "the link in the email we send you to choose a new password.",
+    "share": "Share a folder\nRight-click the folder, choose Share, enter the email addresses of the people to "
+    "invite, pick Viewer or Editor and click Send.",
+}
+PLOTS = ("speedup_by_method.png", "speedup_per_question.png", "grid_heatmap.png", "cost_curve.png")
+
+
+@pytest.fixture(scope="module")
+def bench_run(tmp_path_factory) -> Path:
+    """Run `python -m chatbot.bench` once on the tiny workload; returns its output folder."""
+    folder = tmp_path_factory.mktemp("bench")
+    workload, articles, out = folder / "questions.jsonl", folder / "articles.json", folder / "out"
+    workload.write_text("".join(json.dumps(q) + "\n" for q in QUESTIONS))
+    articles.write_text(json.dumps(ARTICLES))
+    command = [
+        sys.executable, "-m", "chatbot.bench", "--workload", str(workload), "--articles", str(articles),
+        "--out", str(out), "--limit", "1", "--max-new-tokens", "24",
+    ]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out
+
+
+def test_every_workload_and_method_has_a_row(bench_run):
+    results = json.loads((bench_run / "results.json").read_text())
+    rows = {(r["workload"], r["method"]): r for r in results["rows"]}
+    assert set(rows) == {(w, m) for w in WORKLOADS for m in METHODS}
+    assert all(rows[w, m]["questions"] == 1 for w in WORKLOADS for m in METHODS)
+    assert results["cost_curve"]["seconds"] and len(results["grid"]) == 20
+
+
+def test_llma_output_equals_greedy_everywhere(bench_run):
+    results = json.loads((bench_run / "results.json").read_text())
+    llma_rows = [r for r in results["rows"] if r["method"] in LLMA_METHODS]
+    assert [r["identical_share"] for r in llma_rows] == [1.0] * len(llma_rows)
+    assert all(cell["identical_share"] == 1.0 for cell in results["grid"])
+
+
+def test_report_mentions_every_workload_and_plots_exist(bench_run):
+    report = (bench_run / "report.md").read_text()
+    assert all(workload in report for workload in WORKLOADS)
+    assert "## Targets" in report
+    for name in PLOTS:
+        assert (bench_run / name).stat().st_size > 0, name

@@ -1,0 +1,1 @@
+"""Server-level reliability: bad input, load, crashes, access control and hostile content."""
