@@ -2,6 +2,7 @@
 
 import gradio as gr
 from fastapi import FastAPI
+from fastapi.responses import RedirectResponse
 from gradio.utils import get_upload_folder
 
 from chatbot import ChatService
@@ -22,6 +23,8 @@ def build_app(service: ChatService, login: AdminLogin) -> FastAPI:
     """Mount the admin page first: a mount at / would otherwise take every path."""
     app = FastAPI(title="Nimbus Drive helpdesk", docs_url=None, redoc_url=None, openapi_url=None)
     app.get("/healthz", include_in_schema=False)(_healthz)
+    # "/admin" without the slash would fall through to the chat app's 404 (Gradio's logout redirects there).
+    app.get(admin_page.PATH, include_in_schema=False)(lambda: RedirectResponse(f"{admin_page.PATH}/"))
     common = {"ssr_mode": False, "mcp_server": False, "run_history": False, "css": CSS}
     gr.mount_gradio_app(
         app, admin_page.build_admin(service, login), path=admin_page.PATH, auth=login.check,

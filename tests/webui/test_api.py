@@ -111,6 +111,11 @@ def test_admin_routes_refuse_plain_http(server, method, path):
     assert response.status_code == 401
 
 
+def test_admin_without_slash_redirects_to_the_login(server):
+    response = httpx.get(f"{server.url}/admin")
+    assert response.status_code == 307 and response.headers["location"] == "/admin/"
+
+
 def test_admin_login_form_rejects_wrong_password(server):
     response = httpx.post(f"{server.admin_url}login", data={"username": "admin", "password": "guess"})
     assert response.status_code == 400
@@ -134,7 +139,7 @@ def test_knowledge_base_add_edit_delete(admin_client: Client):
     saved = admin_client.predict("test-printing", "Printing files", "Open the file, then press Print.",
                                  api_name="/save_article")
     assert saved == "Saved article **test-printing**." and "test-printing" in article_ids()
-    assert admin_client.predict("test-printing", api_name="/delete_article")[0].startswith("Deleted")
+    assert admin_client.predict("test-printing", api_name="/delete_article").startswith("Deleted")
     assert "test-printing" not in article_ids()
 
 

@@ -110,6 +110,15 @@ def test_stop_keeps_nothing_and_hostile_question_stays_text(browser, server, adm
     assert entry_rows(admin_client, "Can I print from Nimbus Drive") == []
 
 
+def test_empty_question_shows_a_warning_and_stays_out_of_the_chat(browser, server):
+    page = new_page(browser, f"{server.url}/")
+    ask(page, "   ")
+    page.get_by_text("Please type a question.").first.wait_for(timeout=30_000)
+    expect(page.locator("#chat [data-testid=user]")).to_have_count(0)
+    expect(page.locator("#question textarea")).to_be_enabled()
+    page.close()
+
+
 def test_hostile_cached_answer_is_shown_as_text(browser, server, admin_client, chat_page, artifacts):
     entry_id = entry_rows(admin_client, QUESTION)[0][0]
     assert admin_client.predict(entry_id, QUESTION, EVIL_ANSWER, api_name="/edit_entry") == f"Saved entry #{entry_id}."

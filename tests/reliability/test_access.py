@@ -1,0 +1,120 @@
+"""Access: every admin function needs the admin login, the public app reaches no admin function, and the
+password made up when none is configured is random.
+
+The admin functions are enumerated from the admin app's own config (read with the login), so a handler
+added later is covered without editing this file.
+"""
+
+import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import httpx
+import pytest
+
+from tests.reliability.app_process import wait_for_log
+
+pytestmark = pytest.mark.slow
+
+FIXED_PASSWORDS = {"admin", "password", "changeme", "secret", "helpdesk", "nimbus", "123456", ""}
+SESSION = "outsider-session"
+
+
+def predict_body(fn_index: int) -> dict:
+    return {"data": [None], "fn_index": fn_index, "session_hash": SESSION, "event_data": None, "trigger_id": None}
+
+
+@contextmanager
+def logged_in(url: str, password: str) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=url, timeout=30) as client:
+        response = client.post("/admin/login", data={"username": "admin", "password": password})
+        assert response.status_code == 200, response.text
+        yield client
+
+
+@pytest.fixture(scope="module")
+def admin_functions(server, admin_password) -> list[tuple[int, str, str]]:
+    """(fn_index, api_name, visibility) of every event of the admin app, private UI plumbing included."""
+    with logged_in(server.url, admin_password) as client:
+        config = client.get("/admin/config").json()
+    functions = [(dep["id"], dep["api_name"], dep["api_visibility"]) for dep in config["dependencies"]]
+    print(f"{len(functions)} admin events: {[name for _, name, _ in functions]}")
+    assert {"verify", "edit_entry", "delete_entry", "import", "export", "save_article"} <= {f[1] for f in functions}
+    return functions
+
+
+def outsiders(server, admin_password: str) -> dict[str, httpx.Client]:
+    """Clients without a valid admin login: none, a refused login, and cookies forged after the real ones."""
+    failed = httpx.Client(base_url=server.url, timeout=30)
+    assert failed.post("/admin/login", data={"username": "admin", "password": "not-it"}).status_code == 400
+    assert not failed.cookies, "a refused login must not set a cookie"
+    with logged_in(server.url, admin_password) as real:
+        names = list(real.cookies.keys())
+    forged = httpx.Client(base_url=server.url, timeout=30, cookies={name: secrets.token_urlsafe(16) for name in names})
+    other_user = httpx.Client(base_url=server.url, timeout=30)
+    assert other_user.post("/admin/login", data={"username": "root", "password": admin_password}).status_code == 400
+    return {"no login": httpx.Client(base_url=server.url, timeout=30), "wrong password": failed,
+            "forged cookie": forged, "right password, wrong user": other_user}
+
+
+def requests_for(admin_functions: list[tuple[int, str, str]]) -> list[tuple[str, str, dict | None]]:
+    """Every way to run an admin event over HTTP: the queue by fn_index, and the REST routes by api_name."""
+    pages = ("/admin/config", "/admin/gradio_api/info", "/admin/gradio_api/queue/data")
+    requests = [("GET", path, None) for path in pages]
+    for fn_index, api_name, visibility in admin_functions:
+        requests.append(("POST", "/admin/gradio_api/queue/join", predict_body(fn_index)))
+        if visibility == "public":
+            requests += [
+                ("POST", f"/admin/gradio_api/call/{api_name}", {"data": [None]}),
+                ("POST", f"/admin/gradio_api/run/{api_name}", predict_body(fn_index)),
+                ("POST", f"/admin/gradio_api/api/{api_name}", predict_body(fn_index)),
+            ]
+    return requests
+
+
+def test_every_admin_function_refuses_requests_without_the_login(server, admin_password, admin_functions):
+    refused, let_through = 0, []
+    for who, client in outsiders(server, admin_password).items():
+        for method, path, body in requests_for(admin_functions):
+            status = client.request(method, path, json=body).status_code
+            refused += status == 401
+            if status != 401:
+                let_through.append(f"{who}: {method} {path} -> {status}")
+        client.close()
+    print(f"{refused} admin requests without a valid login refused with 401")
+    assert not let_through, let_through
+
+
+def test_the_same_routes_work_with_the_login(server, admin_password, admin_functions):
+    """The control for the test above: the paths are right, so 401 there really means 'not logged in'."""
+    fn_index = next(i for i, name, _ in admin_functions if name == "list_articles")
+    with logged_in(server.url, admin_password) as client:
+        assert client.post("/admin/gradio_api/call/list_articles", json={"data": []}).status_code == 200
+        assert client.post("/admin/gradio_api/queue/join", json=predict_body(fn_index)).status_code == 200
+        assert "/verify" in client.get("/admin/gradio_api/info").json()["named_endpoints"]
+
+
+def test_public_app_reaches_no_admin_function(server, chat_client, admin_functions):
+    api = chat_client.view_api(return_format="dict", print_info=False)
+    assert list(api["named_endpoints"]) == ["/chat"] and not api["unnamed_endpoints"]
+    public = httpx.get(f"{server.url}/config", timeout=30).json()["dependencies"]
+    admin_names = {name for _, name, visibility in admin_functions if visibility == "public"}
+    assert not admin_names & {dep["api_name"] for dep in public}
+    reached = []
+    for name in sorted(admin_names):
+        for path in (f"/gradio_api/call/{name}", f"/gradio_api/run/{name}"):
+            response = httpx.post(f"{server.url}{path}", json={"data": [None]}, timeout=30)
+            if response.status_code < 400:
+                reached.append(f"POST {path} -> {response.status_code} {response.text[:100]}")
+    # The admin events' fn_index numbers name other functions (or none) in the public app's list.
+    print(f"public functions: {[(dep['id'], dep['api_name']) for dep in public]}")
+    assert not reached, reached
+
+
+def test_generated_admin_password_is_random(servers, admin_password):
+    second = wait_for_log(servers.second, r"^Admin login: admin / (\S+)$").group(1)
+    print(f"two starts printed passwords of {len(admin_password)} and {len(second)} characters")
+    for password in (admin_password, second):
+        assert password not in FIXED_PASSWORDS and len(password) >= 16
+        assert len(set(password)) >= 10, "a random password uses many different characters"
+    assert admin_password != second

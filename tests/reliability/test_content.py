@@ -1,0 +1,207 @@
+"""Hostile content in cached questions, answers and articles is shown as text, never run, in the chat and on
+the admin page; SQL in a question is plain text; an edited cached answer is never served as the bot's answer.
+
+The hostile records go in through the admin import (JSON Lines), as an admin restoring a tampered export would.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+from gradio_client import handle_file
+from transformers import AutoTokenizer
+
+from tests.reliability.app_process import REPO, entry_questions, read_store, replies_table
+
+pytestmark = pytest.mark.slow
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--no-first-run",
+]
+REPLY_TIMEOUT_MS = 180_000
+MODEL_ID = "SmolLM2-135M-Instruct"
+PAYLOADS = [
+    "<script>window.__pwned=1</script>",
+    '<img src=x onerror="window.__pwned=1">',
+    "[click](javascript:window.__pwned=1)",
+    "<svg onload=\"alert('pwned')\"></svg>",  # would open a dialog
+]
+EXACT_QUESTION = "How do I change the email address on my account?"
+REFERENCE_QUESTION = "Can I send a fax from Nimbus Drive?"  # close to every hostile entry below
+HOSTILE_ANSWER = f"Open Settings {PAYLOADS[0]} then {PAYLOADS[1]} and {PAYLOADS[2]} {PAYLOADS[3]} done."
+SQL_QUESTION = "'; DROP TABLE entries; -- how do I delete my account?"
+NOTHING_RAN = """() => ({
+    pwned: window.__pwned === undefined ? null : String(window.__pwned),
+    scripts: document.querySelectorAll('#chat script, #details script, #cache-table script, #article-table script').length,
+    handlers: document.querySelectorAll('[onerror], [onload], [onclick]').length,
+    js_links: document.querySelectorAll('a[href^="javascript"]').length,
+})"""
+BOT_BUBBLES = "#chat [data-testid='bot']"
+CLEAN = {"pwned": None, "scripts": 0, "handlers": 0, "js_links": 0}
+
+
+def hostile_records() -> list[dict]:
+    tokenizer = AutoTokenizer.from_pretrained(REPO / "models" / MODEL_ID)
+    records = []
+    for payload in PAYLOADS:
+        answer = f"To send a fax: {payload} open Settings, then Fax, and press Send."
+        records.append({
+            "kind": "entry", "question": f"How do I send a fax from Nimbus Drive? {payload}", "answer": answer,
+            "answer_ids": [*tokenizer(answer, add_special_tokens=False)["input_ids"], tokenizer.eos_token_id],
+            "model_id": MODEL_ID,
+        })
+    records.append({
+        "kind": "article", "id": "fax-help", "title": f"{PAYLOADS[1]} Faxing from Nimbus Drive",
+        "body": f"Nimbus Drive can send a document as a fax. {PAYLOADS[0]} Open the file, choose Share, then Fax.",
+    })
+    return records
+
+
+def chat(client, question: str) -> tuple[str, dict]:
+    return client.predict(question, [], api_name="/chat")
+
+
+@pytest.fixture(scope="module")
+def imported(admin_client, tmp_path_factory) -> int:
+    path = tmp_path_factory.mktemp("import") / "hostile.jsonl"
+    records = hostile_records()
+    path.write_text("".join(json.dumps(record) + "\n" for record in records))
+    assert admin_client.predict(handle_file(str(path)), api_name="/import") == f"Imported {len(records)} records."
+    return len(records)
+
+
+@pytest.fixture(scope="module")
+def edited(server, chat_client, admin_client) -> tuple[str, int]:
+    """EXACT_QUESTION asked once; then its cached answer edited to HOSTILE_ANSWER by the admin."""
+    text, stats = chat(chat_client, EXACT_QUESTION)
+    entry_id = replies_table(server.data_dir, {stats["reply_id"]})[stats["reply_id"]]["entry_id"]
+    saved = admin_client.predict(entry_id, EXACT_QUESTION, HOSTILE_ANSWER, api_name="/edit_entry")
+    assert saved == f"Saved entry #{entry_id}."
+    return text, entry_id
+
+
+def test_edited_cached_answer_is_never_served_as_the_bots_answer(chat_client, edited):
+    """The admin page promises: editing a cached answer can change only speed, never what the bot answers."""
+    original, entry_id = edited
+    text, stats = chat(chat_client, EXACT_QUESTION)
+    print(f"after editing entry #{entry_id}: exact_hit={stats['exact_hit']}, reply={text[:80]!r}")
+    assert text == original, "an exact repeat served the edited cache entry instead of the model's answer"
+
+
+def test_sql_in_a_question_is_stored_and_searched_as_text(server, chat_client, admin_client):
+    entries_before = len(read_store(server.data_dir).entry_ids)
+    text, stats = chat(chat_client, SQL_QUESTION)
+    assert text.strip() and stats["reply_id"]
+    table, info = admin_client.predict("DROP TABLE entries; --", "date", True, api_name="/list_entries")
+    print(f"admin search for the SQL text: {info}; rows: {[row[1] for row in table['data']]}")
+    assert [row[1] for row in table["data"]] == [SQL_QUESTION]
+    assert SQL_QUESTION in entry_questions(server.data_dir).values()
+    assert len(read_store(server.data_dir).entry_ids) == entries_before + 1
+    for wildcard in ("%", "_", "[a-z]"):  # LIKE and GLOB wildcards match themselves only
+        rows = admin_client.predict(wildcard, "date", True, api_name="/list_entries")[0]["data"]
+        assert all(wildcard in row[1] + row[2] for row in rows), (wildcard, rows)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is missing: install Debian's chromium to run the browser tests")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+def open_page(browser, url: str, dialogs: list[str]):
+    page = browser.new_page(viewport={"width": 1280, "height": 1000})
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    page.goto(url)
+    return page
+
+
+@pytest.fixture(scope="module")
+def chat_page(browser, server, imported, edited):
+    """The chat with details shown, after an exact repeat of the edited entry and a question near the imports."""
+    dialogs: list[str] = []
+    page = open_page(browser, f"{server.url}/", dialogs)
+    page.locator("#question textarea").wait_for()
+    page.locator("#show-details input").check()
+    for number, question in enumerate((EXACT_QUESTION, REFERENCE_QUESTION)):
+        page.locator("#question textarea").fill(question)
+        page.locator("#send").click()
+        page.locator("#chat sub", has_text="forward pass").nth(number).wait_for(timeout=REPLY_TIMEOUT_MS)
+    yield page, dialogs
+    page.close()
+
+
+def click_around(page, scope: str) -> None:
+    """Click every link and every message bubble in `scope`, as a curious user would."""
+    for link in page.locator(f"{scope} a").all():
+        if link.is_visible():
+            link.click(no_wait_after=True)
+    for text in ("click", "Open Settings", "To send a fax"):
+        for element in page.locator(scope).get_by_text(text).all():
+            if element.is_visible():
+                element.click(no_wait_after=True)
+    page.wait_for_timeout(500)
+
+
+@pytest.mark.browser
+def test_hostile_references_show_as_text_in_the_chat(chat_page):
+    page, dialogs = chat_page
+    details = page.locator("#details").inner_text()
+    print(f"details panel: {details[:600]!r}")
+    assert "How do I send a fax from Nimbus Drive? <script>window.__pwned=1</script>" in details
+    assert 'To send a fax: <img src=x onerror="window.__pwned=1">' in details
+    assert "[click](javascript:window.__pwned=1)" in details
+    click_around(page, "#chat")
+    page.locator(BOT_BUBBLES).first.click()  # shows the first reply's details: the edited entry
+    page.locator("#details").get_by_text("Open Settings").first.wait_for(timeout=30_000)
+    assert "Open Settings <script>window.__pwned=1</script>" in page.locator("#details").inner_text()
+    assert page.evaluate(NOTHING_RAN) == CLEAN and dialogs == []
+
+
+@pytest.mark.browser
+def test_html_in_a_reply_shows_as_text_in_its_bubble(chat_page, chat_client):
+    """When a reply holds HTML (here: the edited entry served on an exact repeat), the bubble shows it as typed."""
+    page, dialogs = chat_page
+    served, _ = chat(chat_client, EXACT_QUESTION)  # what the page's first question was answered with
+    bubble = page.locator(BOT_BUBBLES).first.inner_text()
+    print(f"served: {served[:100]!r}; bubble shows: {bubble[:200]!r}")
+    assert page.evaluate(NOTHING_RAN) == CLEAN and dialogs == []
+    if "<script>" not in served:
+        pytest.skip("the reply holds no HTML (the edited entry was not served), so there is nothing to show as text")
+    for payload in PAYLOADS[:2] + PAYLOADS[3:]:
+        assert payload in bubble, f"{payload} was not shown as typed"
+
+
+@pytest.mark.browser
+def test_hostile_entries_and_articles_show_as_text_on_the_admin_page(browser, server, admin_password, imported):
+    dialogs: list[str] = []
+    page = open_page(browser, server.admin_url, dialogs)
+    page.locator("input[type=password]").wait_for()
+    page.locator("input[type=text]").fill("admin")
+    page.locator("input[type=password]").fill(admin_password)
+    page.keyboard.press("Enter")
+    page.locator("#cache-search textarea").fill("window.__pwned")
+    page.locator("#cache-search textarea").press("Enter")
+    table = page.locator("#cache-table")
+    table.get_by_text("<script>window.__pwned=1</script>").first.wait_for(timeout=60_000)
+    shown = table.inner_text()
+    assert all(payload in shown for payload in PAYLOADS), shown[:1000]
+    table.get_by_text("How do I send a fax").first.click()
+    page.locator("#entry-status").get_by_text("Entry #").wait_for(timeout=30_000)
+    assert "window.__pwned" in page.locator("#entry-question textarea").input_value()
+    page.get_by_role("tab", name="Knowledge base").click()
+    articles = page.locator("#article-table")
+    articles.get_by_text("Faxing from Nimbus Drive").first.wait_for(timeout=30_000)
+    assert PAYLOADS[1] in articles.inner_text()
+    articles.get_by_text("Faxing from Nimbus Drive").first.click()
+    page.wait_for_timeout(1000)
+    result = page.evaluate(NOTHING_RAN)
+    print(f"admin page after clicking the hostile rows: {result}, dialogs: {dialogs}")
+    assert result == CLEAN and dialogs == []
+    page.close()
