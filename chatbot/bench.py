@@ -1,7 +1,7 @@
 """Benchmark LLMA against greedy and Hugging Face decoding on the helpdesk workloads, side by side.
 
     python -m chatbot.bench --workload data/questions.jsonl --articles data/articles.json --out results/ \
-        [--max-new-tokens 128] [--limit N] [--methods hf_greedy,greedy,...] [--grid-questions 12]
+        [--max-new-tokens 128] [--limit N] [--methods hf_greedy,greedy,...] [--grid-questions 12] [--repeats 1]
 
 Every method decodes the same prompts in the same process, interleaved per question, so machine
 noise hits all of them alike. Writes results.json, report.md and PNG plots (chatbot/bench_report.py).
@@ -11,7 +11,7 @@ noise hits all of them alike. Writes results.json, report.md and PNG plots (chat
 import os
 
 # OpenMP reads this when torch loads it. On a shared machine, spinning OpenMP threads that wait for a
-# descheduled sibling made each forward 6-35x slower here (2 tokens: 4.7 s instead of 0.13 s); sleeping
+# descheduled sibling made each forward 9-36x slower here (2 tokens: 4.7 s instead of 0.13 s); sleeping
 # waiters do not. Export OMP_WAIT_POLICY=ACTIVE to measure with spinning threads on a quiet machine.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
@@ -85,7 +85,7 @@ class MethodRun:
 
     method: str
     seconds: float  # wall clock
-    cpu_seconds: float  # CPU time of this process: barely moved by other processes on a shared machine
+    cpu_seconds: float  # CPU time of this process: less moved than wall clock by other processes' work
     tokens: int
     forward_passes: int
     copied_tokens: int

@@ -8,18 +8,19 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from cache import AnswerCache, Embedder, NewAnswer, NewReply
-from cache.records import CachedAnswer, Hit
+from cache.records import Hit
 from decoding import (
     OUTPUT_SOURCE,
     PROMPT_SOURCE,
     AdaptiveCopyPolicy,
     CostCurve,
+    FixedCopyPolicy,
     greedy_generate,
     llma_stream,
     load_model,
     load_or_measure,
 )
-from decoding.generate import DecodeResult
+from decoding.generate import CopyPolicy, DecodeResult
 
 from .prompt import (
     DEFAULT_SYSTEM_PROMPT,
@@ -166,13 +167,17 @@ class ChatService:
 
     def stream(self, question: str, history: list[dict] | None = None, session_id: str = "") -> Iterator[Reply]:
         """Replies growing chunk by chunk; the last one is `done` and stored."""
-        started = time.perf_counter()
         turn = self._prepare(question, history, session_id)
         exact = self.cache.find_exact(turn.question, turn.context_key, self.model_id, turn.prompt_hash)
-        if exact is not None:
-            yield self._exact_reply(turn, exact, time.perf_counter() - started)
+        if exact is None:
+            yield from self._decode(turn, self.policy, exact_hit=False)
             return
-        yield from self._decode(turn)
+        # An exact repeat is still checked by the model: the stored answer is drafted whole and verified in
+        # one forward pass. That costs a prefill and one pass, and keeps the promise even after staff edited
+        # or imported the entry: a changed answer is simply rejected where it departs from the model's own.
+        hit = Hit(exact.id, exact.question, exact.answer, exact.answer_ids, 1.0)
+        whole = FixedCopyPolicy(match_len=1, copy_len=self.settings.max_new_tokens)
+        yield from self._decode(replace(turn, hits=[hit]), whole, exact_hit=True)
 
     def _prepare(self, question: str, history: list[dict] | None, session_id: str) -> _Turn:
         question = self._check_question(question)
@@ -218,12 +223,12 @@ class ChatService:
             return None, None, None
         return hit.id, f"{hit.title}\n\n{hit.body}", hit.score
 
-    def _decode(self, turn: _Turn) -> Iterator[Reply]:
+    def _decode(self, turn: _Turn, policy: CopyPolicy, exact_hit: bool) -> Iterator[Reply]:
         references = [hit.answer_ids for hit in turn.hits]
         result = DecodeResult()
         stream = llma_stream(
             self.model, turn.prompt.ids, references, self.settings.max_new_tokens, self.eos_token_id,
-            policy=self.policy, result=result,
+            policy=policy, result=result,
         )
         plain_steps: list[float] = []  # one-token forwards timed in this very decode: greedy's step time
         last = time.perf_counter()
@@ -236,13 +241,13 @@ class ChatService:
             if chunk.drafted == 0 and len(result.tokens) > 1:
                 plain_steps.append(now - last)
             last = now
-            yield Reply(text=self._text(result.tokens), stats=self._stats(turn, result, plain_steps))
-        yield self._finish(turn, result, plain_steps)
+            yield Reply(text=self._text(result.tokens), stats=self._stats(turn, result, plain_steps, exact_hit))
+        yield self._finish(turn, result, plain_steps, exact_hit)
 
-    def _finish(self, turn: _Turn, result: DecodeResult, plain_steps: list[float]) -> Reply:
+    def _finish(self, turn: _Turn, result: DecodeResult, plain_steps: list[float], exact_hit: bool) -> Reply:
         """Store the complete answer and the served reply; return the final Reply."""
         text = self._text(result.tokens)
-        stats = self._stats(turn, result, plain_steps)
+        stats = self._stats(turn, result, plain_steps, exact_hit)
         entry_id = self.cache.add_answer(
             NewAnswer(
                 question=turn.question, answer=text, answer_ids=list(result.tokens), model_id=self.model_id,
@@ -252,29 +257,10 @@ class ChatService:
         )
         used = {self._hit_for_source(turn, run.source) for run in result.copied_runs} - {None}
         self.cache.mark_used(used)
-        reply_id = self._record(turn, entry_id, text, stats, result.tokens, exact_hit=False)
+        reply_id = self._record(turn, entry_id, text, stats, result.tokens, exact_hit)
         return Reply(
             text=text, stats=stats, done=True, id=reply_id, spans=self._spans(turn, result), notice=_notice(turn)
         )
-
-    def _exact_reply(self, turn: _Turn, exact: CachedAnswer, seconds: float) -> Reply:
-        entry_id, text, tokens = exact.id, exact.answer, exact.answer_ids
-        # What greedy took when this answer was first decoded (estimated then), else steps x step time.
-        greedy_estimate = exact.stats.get("greedy_seconds_estimate") or len(tokens) * self.cost.cost(1)
-        stats = {
-            "tokens": len(tokens), "forward_passes": 0, "copied_tokens": len(tokens), "seconds": round(seconds, 4),
-            "tokens_per_second": round(len(tokens) / max(seconds, 1e-6), 1),
-            "greedy_seconds_estimate": round(greedy_estimate, 3),
-            "speedup": round(greedy_estimate / max(seconds, 1e-6), 1),
-            "speedup_method": "exact repeat: the stored answer to the identical prompt, against the greedy time "
-            "estimated when it was first decoded",
-            "exact_hit": True, "copied_share": 1.0, "tokens_per_forward_pass": None,
-            "references": [{"id": entry_id, "similarity": 1.0, "copied": len(tokens)}],
-            "article": self._article_stats(turn), "history_trimmed": turn.prompt.dropped_turns,
-        }
-        reply_id = self._record(turn, entry_id, text, stats, tokens, exact_hit=True)
-        spans = [Span(0, len(text), f"cache:{entry_id}")] if text else []
-        return Reply(text=text, stats=stats, done=True, id=reply_id, spans=spans, notice=_notice(turn))
 
     def _record(self, turn: _Turn, entry_id: int, text: str, stats: dict, tokens: list[int], exact_hit: bool) -> int:
         # The prompt and reply token ids are kept with the reply so `verify` can rerun exactly this decode.
@@ -289,9 +275,10 @@ class ChatService:
 
     # --- stats -----------------------------------------------------------------------------------
 
-    def _stats(self, turn: _Turn, result: DecodeResult, plain_steps: list[float]) -> dict:
+    def _stats(self, turn: _Turn, result: DecodeResult, plain_steps: list[float], exact_hit: bool) -> dict:
         n = len(result.tokens)
         step, method = self._step_seconds(plain_steps)
+        method = f"exact repeat verified in one pass; {method}" if exact_hit else method
         greedy_estimate = result.prefill_seconds + max(n - 1, 0) * step
         seconds = max(result.seconds, 1e-6)
         copied_by_source: dict[int, int] = {}
@@ -303,7 +290,7 @@ class ChatService:
             "greedy_seconds_estimate": round(greedy_estimate, 4), "speedup": round(greedy_estimate / seconds, 2),
             "speedup_method": f"estimate: measured prefill + {max(n - 1, 0)} one-token steps x "
             f"{step * 1000:.0f} ms ({method})",
-            "exact_hit": False, "copied_share": round(result.copied_tokens / n, 3) if n else 0.0,
+            "exact_hit": exact_hit, "copied_share": round(result.copied_tokens / n, 3) if n else 0.0,
             "tokens_per_forward_pass": round(n / result.forward_passes, 2) if result.forward_passes else None,
             "references": [
                 {"id": h.id, "similarity": round(h.score, 3), "copied": copied_by_source.get(i, 0)}

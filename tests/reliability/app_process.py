@@ -20,6 +20,8 @@ REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 300  # model, embedder and Gradio load in ~30 s alone; far longer on a busy 2-core machine
 DB_FILE, INDEX_FILE = "cache.sqlite3", "questions.faiss"
 TRACEBACK_MARKERS = ("Traceback", 'File "')
+# Refused input is raised as gr.Error, which Gradio logs with its traceback; anything else is a server fault.
+EXPECTED_TRACEBACK_ENDS = ("gradio.exceptions.Error:", "chatbot.prompt.InputError:")
 
 
 @dataclass
@@ -179,3 +181,13 @@ def entry_questions(data_dir: Path) -> dict[int, str]:
     with closing(connect_read_only(data_dir)) as db:
         rows = db.execute("SELECT id, question FROM entries").fetchall()
     return dict(rows)
+
+
+def unexpected_tracebacks(log: str) -> list[str]:
+    """The last line of every traceback in a server log that is not a refused message (gr.Error)."""
+    ends = []
+    for chunk in log.split("Traceback (most recent call last):")[1:]:
+        last = next((line for line in chunk.splitlines() if line and not line.startswith((" ", "\t"))), "")
+        if not last.startswith(EXPECTED_TRACEBACK_ENDS):
+            ends.append(last)
+    return ends

@@ -13,7 +13,7 @@ import httpx
 import pytest
 from gradio_client.exceptions import AppError
 
-from tests.reliability.app_process import TRACEBACK_MARKERS, App, read_store, replies_table
+from tests.reliability.app_process import TRACEBACK_MARKERS, App, read_store, replies_table, unexpected_tracebacks
 
 pytestmark = pytest.mark.slow
 
@@ -28,7 +28,6 @@ RECENT_TURNS = [
     {"role": "user", "content": "I am on the free plan."},
     {"role": "assistant", "content": "The free plan includes 5 GB of storage."},
 ]
-EXPECTED_TRACEBACK_ENDS = ("gradio.exceptions.Error:", "chatbot.prompt.InputError:")
 
 REFUSED = [
     pytest.param("", [], "Please type a question", id="empty"),
@@ -184,13 +183,3 @@ def call_chat_raw(server: App, body: str) -> tuple[str, str]:
             elif line.startswith("data: ") and event in ("complete", "error"):
                 return event, line.removeprefix("data: ")
     raise AssertionError("the event stream ended without a result")
-
-
-def unexpected_tracebacks(log: str) -> list[str]:
-    """The last line of every traceback in the server log that is not a refused message (gr.Error)."""
-    ends = []
-    for chunk in log.split("Traceback (most recent call last):")[1:]:
-        last = next((line for line in chunk.splitlines() if line and not line.startswith((" ", "\t"))), "")
-        if not last.startswith(EXPECTED_TRACEBACK_ENDS):
-            ends.append(last)
-    return ends

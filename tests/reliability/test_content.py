@@ -5,10 +5,12 @@ The hostile records go in through the admin import (JSON Lines), as an admin res
 """
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 from gradio_client import handle_file
+from playwright.sync_api import expect
 from transformers import AutoTokenizer
 
 from tests.reliability.app_process import REPO, entry_questions, read_store, replies_table
@@ -33,7 +35,8 @@ HOSTILE_ANSWER = f"Open Settings {PAYLOADS[0]} then {PAYLOADS[1]} and {PAYLOADS[
 SQL_QUESTION = "'; DROP TABLE entries; -- how do I delete my account?"
 NOTHING_RAN = """() => ({
     pwned: window.__pwned === undefined ? null : String(window.__pwned),
-    scripts: document.querySelectorAll('#chat script, #details script, #cache-table script, #article-table script').length,
+    scripts: document.querySelectorAll('#chat script, #details script, #cache-table script, #article-table script')
+        .length,
     handlers: document.querySelectorAll('[onerror], [onload], [onclick]').length,
     js_links: document.querySelectorAll('a[href^="javascript"]').length,
 })"""
@@ -137,6 +140,11 @@ def chat_page(browser, server, imported, edited):
     page.close()
 
 
+def visible_cell(table, text: str):
+    """A table cell showing `text` (the Dataframe also keeps hidden copies of its cells)."""
+    return table.get_by_text(text).filter(visible=True).first
+
+
 def click_around(page, scope: str) -> None:
     """Click every link and every message bubble in `scope`, as a curious user would."""
     for link in page.locator(f"{scope} a").all():
@@ -189,17 +197,16 @@ def test_hostile_entries_and_articles_show_as_text_on_the_admin_page(browser, se
     page.locator("#cache-search textarea").fill("window.__pwned")
     page.locator("#cache-search textarea").press("Enter")
     table = page.locator("#cache-table")
-    table.get_by_text("<script>window.__pwned=1</script>").first.wait_for(timeout=60_000)
-    shown = table.inner_text()
-    assert all(payload in shown for payload in PAYLOADS), shown[:1000]
-    table.get_by_text("How do I send a fax").first.click()
+    for payload in PAYLOADS:
+        expect(table).to_contain_text(payload, use_inner_text=True, timeout=60_000)
+    visible_cell(table, "How do I send a fax").click()
     page.locator("#entry-status").get_by_text("Entry #").wait_for(timeout=30_000)
     assert "window.__pwned" in page.locator("#entry-question textarea").input_value()
     page.get_by_role("tab", name="Knowledge base").click()
     articles = page.locator("#article-table")
-    articles.get_by_text("Faxing from Nimbus Drive").first.wait_for(timeout=30_000)
-    assert PAYLOADS[1] in articles.inner_text()
-    articles.get_by_text("Faxing from Nimbus Drive").first.click()
+    expect(articles).to_contain_text(f"{PAYLOADS[1]} Faxing from Nimbus Drive", use_inner_text=True, timeout=30_000)
+    visible_cell(articles, "Faxing from Nimbus Drive").click()
+    expect(page.locator("#article-body textarea")).to_have_value(re.compile("Nimbus Drive can send"), timeout=30_000)
     page.wait_for_timeout(1000)
     result = page.evaluate(NOTHING_RAN)
     print(f"admin page after clicking the hostile rows: {result}, dialogs: {dialogs}")

@@ -1,0 +1,115 @@
+"""Load: 8 chat sessions at once, 5 questions each, against one server.
+
+Every reply arrives, each is stored with its own session's question and history, the database holds every
+reply, the log shows no lock errors, and the FAISS index agrees with the database afterwards.
+"""
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import pytest
+from gradio_client import Client
+
+from tests.reliability.app_process import App, read_store, replies_table, unexpected_tracebacks
+
+pytestmark = pytest.mark.slow
+
+MARKERS = ["Amber", "Birch", "Cobalt", "Dune", "Ember", "Fjord", "Garnet", "Harbor"]  # one per session
+TOPICS = [
+    "How do I reset my password?",
+    "How much storage does my plan include?",
+    "Can I share a folder with someone outside my team?",
+    "How do I cancel my subscription?",
+    "Where do deleted files go?",
+]
+
+
+@dataclass
+class Turn:
+    question: str
+    history: list[dict]  # what the session sent with the question
+    text: str
+    stats: dict
+
+
+@dataclass
+class Session:
+    marker: str
+    session_hash: str = ""
+    turns: list[Turn] = field(default_factory=list)
+
+
+def run_session(url: str, marker: str, start: threading.Barrier) -> Session:
+    """One user: a client of its own, five questions, each sent with this session's own history."""
+    client = Client(f"{url}/", verbose=False)
+    session, history = Session(marker, client.session_hash), []
+    start.wait()
+    for topic in TOPICS:
+        question = f"This is customer {marker}. {topic}"
+        text, stats = client.predict(question, history, api_name="/chat")
+        session.turns.append(Turn(question, list(history), text, stats))
+        history += [{"role": "user", "content": question}, {"role": "assistant", "content": text}]
+    return session
+
+
+@pytest.fixture(scope="module")
+def load_run(server: App):
+    """The sessions' results, the reply count before, the log before, and the seconds it all took."""
+    before = read_store(server.data_dir)
+    log_start = len(server.log_text())
+    start = threading.Barrier(len(MARKERS))
+    started = time.perf_counter()
+    with ThreadPoolExecutor(len(MARKERS)) as pool:
+        futures = [pool.submit(run_session, server.url, marker, start) for marker in MARKERS]
+        sessions = [future.result(timeout=900) for future in futures]
+    seconds = time.perf_counter() - started
+    print(f"{len(MARKERS)} sessions x {len(TOPICS)} questions answered in {seconds:.0f} s")
+    return sessions, before, log_start
+
+
+def test_every_reply_arrives_and_is_stored(server, load_run):
+    sessions, before, _ = load_run
+    turns = [turn for session in sessions for turn in session.turns]
+    reply_ids = {turn.stats["reply_id"] for turn in turns}
+    assert len(turns) == 40 and all(turn.text.strip() for turn in turns) and len(reply_ids) == 40
+    after = read_store(server.data_dir)
+    print(f"replies {len(before.reply_ids)} -> {len(after.reply_ids)}, entries {len(before.entry_ids)} -> "
+          f"{len(after.entry_ids)}")
+    assert reply_ids <= after.reply_ids and len(after.reply_ids) == len(before.reply_ids) + 40
+    assert len(after.entry_ids) == len(before.entry_ids) + 40  # 40 different questions, each decoded once
+
+
+def test_each_session_kept_its_own_conversation(server, load_run):
+    sessions, _, _ = load_run
+    stored = replies_table(server.data_dir)
+    assert len({session.session_hash for session in sessions}) == len(sessions)
+    for session in sessions:
+        others = [marker for marker in MARKERS if marker != session.marker]
+        for turn in session.turns:
+            reply = stored[turn.stats["reply_id"]]
+            assert reply["question"] == turn.question and reply["answer"] == turn.text
+            assert reply["history"] == turn.history, f"{session.marker}: stored with another history"
+            assert reply["session_id"] == session.session_hash
+            assert not [m for m in others if m in turn.text], f"{session.marker} saw: {turn.text!r}"
+
+
+def test_replies_under_load_equal_plain_decoding(load_run, admin_client):
+    """Concurrency must not mix decodes: rerun the longest conversations' last replies with greedy decoding."""
+    sessions, _, _ = load_run
+    for session in sessions[:2]:
+        reply_id = session.turns[-1].stats["reply_id"]
+        verdict = admin_client.predict(reply_id, api_name="/verify")
+        print(verdict.splitlines()[0])
+        assert f"Reply {reply_id}: identical to plain greedy decoding" in verdict
+
+
+def test_store_agrees_and_nothing_was_locked(server, load_run):
+    _, _, log_start = load_run
+    log = server.log_text()[log_start:]
+    assert "database is locked" not in log.lower()
+    assert not unexpected_tracebacks(log), unexpected_tracebacks(log)
+    state = read_store(server.data_dir)
+    assert state.integrity == "ok" and not state.half_written
+    assert state.index_matches, (state.entry_ids ^ (state.index_ids or set()))
