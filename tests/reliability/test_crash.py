@@ -29,7 +29,8 @@ pytestmark = pytest.mark.slow
 
 DECODE_TOKENS = 64  # long enough that a kill ~40% into a reply lands in the middle of decoding
 STORE_TOKENS = 16  # short replies, so kills around their end hit the writes that follow the decode
-STORE_KILL_FRACTIONS = (0.8, 0.95, 1.1)  # of the measured reply time; a fourth try kills when the row appears
+# When each try kills: a share of the measured reply time, or seconds after the new entry's row is committed.
+KILL_POINTS = [("reply time", 0.9), ("reply time", 1.05), ("row committed", 0.0), ("row committed", 0.01)]
 
 
 @dataclass
@@ -159,35 +160,37 @@ def test_kill_while_decoding_loses_only_that_reply(restarts, earlier):
     check_restarted_store(app.data_dir, earlier)
 
 
-@pytest.mark.parametrize("try_number", range(len(STORE_KILL_FRACTIONS) + 1))
-def test_kill_while_storing_never_splits_index_and_database(restarts, earlier, try_number):
+@pytest.mark.parametrize("kill_after, amount", KILL_POINTS)
+def test_kill_while_storing_never_splits_index_and_database(restarts, earlier, kill_after, amount):
     app = restarts.running(STORE_TOKENS)
-    _, seconds = ask_and_remember(app, f"How do I add a member to my team? (try {try_number})", earlier)
+    tag = f"{kill_after} {amount}"
+    _, seconds = ask_and_remember(app, f"How do I add a member to my team? ({tag})", earlier)
     before = read_store(app.data_dir)
-    attempt = ask_in_background(app, f"How do I remove a member from my team? (try {try_number})")
-    if try_number < len(STORE_KILL_FRACTIONS):
-        delay = STORE_KILL_FRACTIONS[try_number] * seconds
-        time.sleep(delay)
-        how = f"{delay:.2f} s in ({STORE_KILL_FRACTIONS[try_number]:.0%} of a {seconds:.2f} s reply)"
+    attempt = ask_in_background(app, f"How do I remove a member from my team? ({tag})")
+    if kill_after == "reply time":
+        time.sleep(amount * seconds)
+        how = f"{amount * seconds:.2f} s in ({amount:.0%} of a {seconds:.2f} s reply)"
     else:
-        how = wait_for_a_new_row(app.data_dir, before)
+        wait_for_a_new_row(app.data_dir, before)
+        time.sleep(amount)
+        how = f"{amount * 1000:.0f} ms after the new entry's row was committed"
     kill(app)
     attempt.thread.join(timeout=60)
     killed = check_killed_store(app.data_dir, before)
-    print(f"try {try_number}: killed {how}: {where_the_kill_landed(before, killed)}")
+    print(f"killed {how}: {where_the_kill_landed(before, killed)}")
     app = restarts.running(STORE_TOKENS)
     state = check_restarted_store(app.data_dir, earlier)
     assert app.healthy()
     print(f"restarted: {len(state.entry_ids)} entries, all in the index; {len(earlier)} earlier answers kept")
 
 
-def wait_for_a_new_row(data_dir: Path, before: StoreState, timeout_s: float = 120) -> str:
+def wait_for_a_new_row(data_dir: Path, before: StoreState, timeout_s: float = 120) -> None:
     """Poll the database (read-only) until the next entry's row is committed."""
     known = max(before.entry_ids, default=0)
     deadline = time.monotonic() + timeout_s
     with closing(connect_read_only(data_dir)) as db:
         while time.monotonic() < deadline:
             if (db.execute("SELECT max(id) FROM entries").fetchone()[0] or 0) > known:
-                return "the moment the new entry's row was committed"
+                return
             time.sleep(0.002)
     raise AssertionError(f"no new entry within {timeout_s} s")

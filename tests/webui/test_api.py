@@ -33,7 +33,7 @@ def test_chat_returns_text_and_stats(first_answer):
 def test_same_question_again_is_an_exact_hit(chat_client: Client, first_answer):
     text, stats = chat_client.predict(QUESTION, [], api_name="/chat")
     assert text == first_answer[0]
-    assert stats["exact_hit"] and stats["forward_passes"] == 0
+    assert stats["exact_hit"] and stats["forward_passes"] <= 2  # prefill, then one pass verifies the stored answer
 
 
 @pytest.fixture(scope="module")
