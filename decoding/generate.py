@@ -177,6 +177,28 @@ def build_reference_index(
     return index
 
 
+class ModelVerifier:
+    """Checks drafts with the model: one forward pass over the pending token and the draft."""
+
+    def __init__(self, model: torch.nn.Module, prompt_ids: Sequence[int]) -> None:
+        self.model, self.prompt_ids = model, prompt_ids
+        self.cache = new_kv_cache(model)
+        self.fed = len(prompt_ids)  # positions held in the KV cache
+
+    def first_token(self) -> int:
+        return _prefill(self.model, self.prompt_ids, self.cache)
+
+    def verify(self, inputs: list[int]) -> list[int]:
+        """The model's greedy token after each of `inputs` (k + 1 of them)."""
+        logits = forward_tokens(self.model, torch.tensor([inputs]), self.cache, logits_to_keep=len(inputs))
+        return logits.argmax(dim=-1).tolist()
+
+    def keep(self, n_inputs: int) -> None:
+        """Roll back: the cache keeps the pending token and the accepted drafts, nothing rejected."""
+        self.fed += n_inputs
+        truncate_kv_cache(self.cache, self.fed)
+
+
 @torch.inference_mode()
 def llma_stream(
     model: torch.nn.Module,
@@ -193,19 +215,37 @@ def llma_stream(
 ) -> Iterator[Chunk]:
     """LLMA decoding: yields each verified chunk; the tokens equal greedy decoding's exactly."""
     _check_inputs(prompt_ids, max_new_tokens)
-    result = result if result is not None else DecodeResult()
-    start = time.perf_counter()
     if max_new_tokens == 0:
         return
-    drafter = (policy or default_policy(model)).start()
+    yield from llma_steps(
+        ModelVerifier(model, prompt_ids), prompt_ids, references, max_new_tokens, eos_token_id,
+        policy or default_policy(model), use_prompt, use_output, max_match_len, lead_in_len, result,
+    )
+
+
+def llma_steps(
+    verifier,
+    prompt_ids: Sequence[int],
+    references: Sequence[Sequence[int]],
+    max_new_tokens: int,
+    eos_token_id: int | None,
+    policy: CopyPolicy,
+    use_prompt: bool = True,
+    use_output: bool = True,
+    max_match_len: int = 12,
+    lead_in_len: int = 4,
+    result: DecodeResult | None = None,
+) -> Iterator[Chunk]:
+    """The LLMA loop over any verifier (the model, or a replay of known greedy tokens for tuning)."""
+    result = result if result is not None else DecodeResult()
+    start = time.perf_counter()
+    drafter = policy.start()
     lead_in_len = min(lead_in_len, len(prompt_ids))
     index = build_reference_index(prompt_ids, references, use_prompt, use_output, max_match_len, lead_in_len)
-    cache = new_kv_cache(model)
-    token = _prefill(model, prompt_ids, cache)
+    token = verifier.first_token()
     result.forward_passes = 1
     result.prefill_seconds = time.perf_counter() - start
     context = list(prompt_ids)  # the text the model has seen or chosen, whose suffix we match
-    fed = len(prompt_ids)  # positions held in the KV cache
     prefer: tuple[int, int] | None = None
     new_tokens, copied, match, draft = [token], 0, None, []
     while True:
@@ -228,16 +268,13 @@ def llma_stream(
         budget = max_new_tokens - len(result.tokens)
         draft = index.continuation(match, drafter.copy_len(match, continuing, budget - 1)) if match else []
         # 3. Verify the pending token and the draft in one forward pass.
-        inputs = [context[-1], *draft]
-        logits = forward_tokens(model, torch.tensor([inputs]), cache, logits_to_keep=len(inputs))
+        greedy_choices = verifier.verify([context[-1], *draft])  # (k + 1,)
         result.forward_passes += 1
-        greedy_choices = logits.argmax(dim=-1).tolist()  # (k + 1,): the model's token after each input
         # 4. Accept the longest prefix of the draft that equals the model's choices, plus its next token.
         copied = _matching_prefix_len(draft, greedy_choices)
         new_tokens = [*draft[:copied], greedy_choices[copied]]
-        # 5. Roll back: the cache keeps the pending token and the accepted drafts, nothing rejected.
-        fed += 1 + copied
-        truncate_kv_cache(cache, fed)
+        # 5. Roll back whatever the verifier holds for the rejected part of the draft.
+        verifier.keep(1 + copied)
         result.drafted_tokens += len(draft)
         if match is not None:
             drafter.record(match, continuing, len(draft), copied)

@@ -120,3 +120,16 @@ def test_zero_budget_and_bad_input(tiny_model):
         llma_generate(tiny_model, [], [], 5)
     with pytest.raises(ValueError):
         greedy_generate(tiny_model, [1], -1)
+
+
+@fast
+@given(prompt=tokens, junk=tokens, budget=st.integers(1, 30), policy=st.sampled_from(POLICIES))
+def test_replay_simulation_makes_the_same_decisions_as_the_model(tiny_model, prompt, junk, budget, policy):
+    from decoding.simulate import simulate_llma
+
+    greedy = greedy_generate(tiny_model, prompt, budget).tokens
+    references = [greedy[1:], junk, greedy[: len(greedy) // 2] + junk]
+    real = llma_generate(tiny_model, prompt, references, budget, policy=policy)
+    sim = simulate_llma(prompt, references, greedy, policy, CURVE)
+    assert (sim.result.forward_passes, sim.result.copied_tokens) == (real.forward_passes, real.copied_tokens)
+    assert sim.result.copied_runs == real.copied_runs

@@ -1,0 +1,77 @@
+"""Replay LLMA against a known greedy reply, without the model, to tune copy policies in seconds.
+
+Given the model's greedy reply, every verification outcome is known in advance: a draft is accepted
+exactly as far as it equals that reply. The loop is the real one (`llma_steps`); only the verifier
+differs, and the time is modelled with a measured cost curve.
+"""
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .cost_model import CostCurve
+from .generate import CopyPolicy, DecodeResult, llma_steps
+
+UNKNOWN = -1  # the model's choice after a rejected draft token: never looked at
+
+
+class ReplayVerifier:
+    """Answers like the model, from the model's greedy reply; logs the size of each forward."""
+
+    def __init__(self, greedy_tokens: Sequence[int]) -> None:
+        self.greedy = list(greedy_tokens)
+        self.produced = 0  # reply tokens chosen so far, the pending one included
+        self.forward_sizes: list[int] = []
+
+    def first_token(self) -> int:
+        self.produced = 1
+        return self.greedy[0]
+
+    def verify(self, inputs: list[int]) -> list[int]:
+        self.forward_sizes.append(len(inputs))
+        choices, draft = [], inputs[1:]
+        for i in range(len(inputs)):
+            position = self.produced + i
+            agrees = i == 0 or draft[i - 1] == self.greedy[position - 1]
+            if not agrees or position >= len(self.greedy):
+                break
+            choices.append(self.greedy[position])
+        return choices + [UNKNOWN] * (len(inputs) - len(choices))
+
+    def keep(self, n_inputs: int) -> None:
+        self.produced += n_inputs
+
+
+@dataclass(frozen=True)
+class Simulation:
+    result: DecodeResult
+    forward_sizes: list[int]  # tokens per verification forward, prefill excluded
+    modeled_seconds: float  # verification forwards priced with the cost curve
+    modeled_greedy_seconds: float  # one one-token forward per reply token after the first
+
+    @property
+    def speedup(self) -> float:
+        return self.modeled_greedy_seconds / self.modeled_seconds if self.modeled_seconds else 1.0
+
+
+def simulate_llma(
+    prompt_ids: Sequence[int],
+    references: Sequence[Sequence[int]],
+    greedy_tokens: Sequence[int],
+    policy: CopyPolicy,
+    cost: CostCurve,
+    eos_token_id: int | None = None,
+    **options,
+) -> Simulation:
+    """What LLMA with `policy` would do on this prompt, given the model's greedy reply."""
+    if not greedy_tokens:
+        raise ValueError("the greedy reply must hold at least one token")
+    verifier = ReplayVerifier(greedy_tokens)
+    result = DecodeResult()
+    for _ in llma_steps(verifier, prompt_ids, references, len(greedy_tokens), eos_token_id, policy,
+                        result=result, **options):
+        pass
+    if result.tokens != list(greedy_tokens):
+        raise AssertionError("replay diverged from the greedy reply: the LLMA loop is broken")
+    modeled = sum(cost.cost(n) for n in verifier.forward_sizes)
+    greedy = (len(greedy_tokens) - 1) * cost.cost(1)
+    return Simulation(result, verifier.forward_sizes, modeled, greedy)
