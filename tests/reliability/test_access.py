@@ -5,14 +5,15 @@ The admin functions are enumerated from the admin app's own config (read with th
 added later is covered without editing this file.
 """
 
+import json
 import secrets
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 
 import httpx
 import pytest
 
-from tests.reliability.app_process import wait_for_log
+from tests.reliability.app_process import connect_read_only, stop, wait_for_log
 
 pytestmark = pytest.mark.slow
 
@@ -111,8 +112,43 @@ def test_public_app_reaches_no_admin_function(server, chat_client, admin_functio
     assert not reached, reached
 
 
+def run_queued(url: str, fn_index: int, data: list, event_data: dict | None = None) -> dict:
+    """Run one event of the Gradio app at `url` as a browser would (queue/join, then its event stream)."""
+    session = secrets.token_hex(8)
+    body = {"data": data, "fn_index": fn_index, "session_hash": session, "event_data": event_data, "trigger_id": None}
+    joined = httpx.post(f"{url}/gradio_api/queue/join", json=body, timeout=30)
+    assert joined.status_code == 200, joined.text
+    with httpx.stream("GET", f"{url}/gradio_api/queue/data", params={"session_hash": session}, timeout=60) as events:
+        for line in events.iter_lines():
+            message = json.loads(line.removeprefix("data: ")) if line.startswith("data: ") else {}
+            if message.get("msg") == "process_completed":
+                return message
+    raise AssertionError("the event stream ended without a result")
+
+
+def test_feedback_events_cannot_be_aimed_at_other_sessions_replies(server, chat_client):
+    """The chat page's private feedback events read the reply id from server-side session state; a raw
+    request that sends a forged state must not set feedback on a reply of another session."""
+    _, stats = chat_client.predict("How do I reset my password?", [], api_name="/chat")
+    reply_id = stats["reply_id"]
+    config = httpx.get(f"{server.url}/config", timeout=30).json()
+    public = {dep["api_name"]: dep["id"] for dep in config["dependencies"]}
+    forged_rating = {"reply_id": reply_id, "value": -1}
+    forged_replies = {"0": {"reply_id": reply_id, "details": ""}}
+    thumbs_down_on_bubble_0 = {"index": 0, "value": "x", "liked": False}
+    outcomes = [
+        run_queued(server.url, public["send_reason"], [forged_rating, "forged reason"]),
+        run_queued(server.url, public["rate"], [forged_replies, "forged reason"], thumbs_down_on_bubble_0),
+    ]
+    print(f"forged feedback events answered: {[(o['success'], o['output'].get('data')) for o in outcomes]}")
+    with closing(connect_read_only(server.data_dir)) as db:
+        feedback = db.execute("SELECT feedback, feedback_reason FROM replies WHERE id = ?", (reply_id,)).fetchone()
+    assert feedback == (None, ""), f"reply {reply_id} got feedback from another session: {feedback}"
+
+
 def test_generated_admin_password_is_random(servers, admin_password):
     second = wait_for_log(servers.second, r"^Admin login: admin / (\S+)$").group(1)
+    stop(servers.second)  # it was started only to print this
     print(f"two starts printed passwords of {len(admin_password)} and {len(second)} characters")
     for password in (admin_password, second):
         assert password not in FIXED_PASSWORDS and len(password) >= 16

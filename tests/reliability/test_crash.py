@@ -5,6 +5,7 @@ stored before the kill are still there and no entry is half-written. Before each
 the database (the row is committed first) but must never be ahead of it.
 """
 
+import random
 import threading
 import time
 from contextlib import closing
@@ -29,8 +30,13 @@ pytestmark = pytest.mark.slow
 
 DECODE_TOKENS = 64  # long enough that a kill ~40% into a reply lands in the middle of decoding
 STORE_TOKENS = 16  # short replies, so kills around their end hit the writes that follow the decode
-# When each try kills: a share of the measured reply time, or seconds after the new entry's row is committed.
-KILL_POINTS = [("reply time", 0.9), ("reply time", 1.05), ("row committed", 0.0), ("row committed", 0.01)]
+# When each try kills: at a random share of the measured reply time (around its end, where the writes are),
+# or a few milliseconds after the new entry's row is committed (between the writes that follow).
+KILL_POINTS = [
+    pytest.param("reply time", random.uniform(0.85, 1.15), id="random-share-of-reply-time"),
+    pytest.param("row committed", 0.0, id="at-row-commit"),
+    pytest.param("row committed", 0.01, id="10ms-after-row-commit"),
+]
 
 
 @dataclass
@@ -163,7 +169,7 @@ def test_kill_while_decoding_loses_only_that_reply(restarts, earlier):
 @pytest.mark.parametrize("kill_after, amount", KILL_POINTS)
 def test_kill_while_storing_never_splits_index_and_database(restarts, earlier, kill_after, amount):
     app = restarts.running(STORE_TOKENS)
-    tag = f"{kill_after} {amount}"
+    tag = f"{kill_after} {amount:.2f}"
     _, seconds = ask_and_remember(app, f"How do I add a member to my team? ({tag})", earlier)
     before = read_store(app.data_dir)
     attempt = ask_in_background(app, f"How do I remove a member from my team? ({tag})")
