@@ -6,18 +6,11 @@
 Every method decodes the same prompts in the same process, interleaved per question, so machine
 noise hits all of them alike. Writes results.json, report.md and PNG plots (chatbot/bench_report.py).
 """
-# ruff: noqa: E402  (the OpenMP setting below must come before torch is imported)
-
-import os
-
-# OpenMP reads this when torch loads it. On a shared machine, spinning OpenMP threads that wait for a
-# descheduled sibling made each forward 9-36x slower here (2 tokens: 4.7 s instead of 0.13 s); sleeping
-# waiters do not. Export OMP_WAIT_POLICY=ACTIVE to measure with spinning threads on a quiet machine.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import argparse
 import copy
 import json
+import os
 import platform
 import statistics
 import sys
@@ -396,15 +389,16 @@ def warm_up(decoder: Decoder, item: Item, methods: list[str]) -> None:
 
 
 def summarize(workload: str, method: str, records: list[QuestionRecord]) -> Row:
-    pairs = [(r, r.run(method), r.run("greedy"), r.run("hf_greedy")) for r in records if r.run(method)]
-    if not pairs:
+    measured = [r for r in records if r.run(method)]
+    if not measured:
         return Row(workload, method, 0, 0, 0.0, None, None, None, None, None, None, None, None, None)
-    runs = [p[1] for p in pairs]
+    runs = [r.run(method) for r in measured]
+    greedy = [r.run("greedy") for r in measured]
+    hf_greedy = [r.run("hf_greedy") for r in measured if r.run("hf_greedy")]
     seconds = sum(r.seconds for r in runs)
     tokens = sum(r.tokens for r in runs)
     passes = sum(r.forward_passes for r in runs)
-    per_question = [g.seconds / r.seconds for _, r, g, _ in pairs]
-    hf_runs = [h for *_, h in pairs if h is not None]
+    per_question = [g.seconds / r.seconds for g, r in zip(greedy, runs, strict=True)]
     return Row(
         workload=workload,
         method=method,
@@ -412,15 +406,15 @@ def summarize(workload: str, method: str, records: list[QuestionRecord]) -> Row:
         tokens=tokens,
         seconds=seconds,
         tokens_per_s=tokens / seconds if seconds else None,
-        speedup_vs_greedy=sum(g.seconds for _, _, g, _ in pairs) / seconds,
-        speedup_vs_hf_greedy=sum(h.seconds for h in hf_runs) / seconds if len(hf_runs) == len(runs) else None,
-        cpu_speedup_vs_greedy=sum(g.cpu_seconds for _, _, g, _ in pairs) / sum(r.cpu_seconds for r in runs),
+        speedup_vs_greedy=sum(g.seconds for g in greedy) / seconds,
+        speedup_vs_hf_greedy=sum(h.seconds for h in hf_greedy) / seconds if len(hf_greedy) == len(runs) else None,
+        cpu_speedup_vs_greedy=sum(g.cpu_seconds for g in greedy) / sum(r.cpu_seconds for r in runs),
         tokens_per_pass=tokens / passes if passes else None,
         identical_share=sum(r.identical for r in runs) / len(runs),
         worst_speedup=min(per_question),
         median_speedup=statistics.median(per_question),
         mean_copied_share=statistics.mean(r.copied_tokens / r.tokens if r.tokens else 0.0 for r in runs),
-        mismatches=[q.question for q, r, _, _ in pairs if not r.identical],
+        mismatches=[q.question for q, r in zip(measured, runs, strict=True) if not r.identical],
     )
 
 
@@ -567,5 +561,19 @@ def main(argv: list[str] | None = None) -> None:
           f"in {results['wall_seconds']:.0f} s", file=sys.stderr)
 
 
+def rerun_with_sleeping_openmp_waiters() -> None:
+    """Restart this command with OMP_WAIT_POLICY=PASSIVE unless the caller chose a policy.
+
+    On a shared machine, OpenMP threads that spin while waiting for a descheduled sibling made each
+    forward 9-36x slower here (2 tokens: 4.7 s instead of 0.13 s); sleeping waiters do not. OpenMP reads
+    the variable only when torch loads it, which `import chatbot` has already done, hence the restart.
+    Export OMP_WAIT_POLICY=ACTIVE to measure with spinning threads on a quiet machine.
+    """
+    if "OMP_WAIT_POLICY" not in os.environ:
+        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+        os.execv(sys.executable, [sys.executable, "-m", "chatbot.bench", *sys.argv[1:]])
+
+
 if __name__ == "__main__":
+    rerun_with_sleeping_openmp_waiters()
     main()

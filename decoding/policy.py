@@ -48,11 +48,12 @@ class AdaptiveCopyPolicy:
     cost: CostCurve
     min_match_len: int = 1
     max_copy_len: int = 48
+    # Defaults chosen by scripts/tune_policy.py (replayed decodes priced with the measured cost curve).
     # Prior acceptance for a fresh match of length 1, 2, ... (the last value covers longer ones).
-    prior_by_match_len: tuple[float, ...] = (0.25, 0.4, 0.55, 0.65, 0.75, 0.8)
-    prior_continuing: float = 0.85  # the previous draft was fully accepted and this one follows it
-    prior_strength: float = 4.0  # how many observed drafted tokens the prior is worth
-    min_gain: float = 1.05  # draft only if expected speed beats a plain step by this factor
+    prior_by_match_len: tuple[float, ...] = (0.35, 0.5, 0.6, 0.7, 0.8, 0.85)
+    prior_continuing: float = 0.8  # the previous draft was fully accepted and this one follows it
+    prior_strength: float = 8.0  # how many observed drafted tokens the prior is worth
+    min_gain: float = 1.0  # draft only if expected speed beats a plain step by this factor
 
     def start(self) -> "AdaptiveDrafter":
         return AdaptiveDrafter(self)
