@@ -185,10 +185,12 @@ def cost_section(results: dict) -> str:
     base = curve["seconds"][0]
     points = zip(curve["sizes"], curve["seconds"], strict=True)
     rows = [[str(n), f"{s * 1000:.1f}", f"{s / base:.2f}"] for n, s in points]
-    return (
-        f"## Forward cost curve\n\nMedian seconds of one forward of n new tokens over a {curve['context_len']}-token "
-        "KV cache (what one verification costs).\n\n" + table(["tokens", "ms", "relative to 1 token"], rows)
+    intro = (
+        f"Seconds of one forward of n new tokens over a {curve['context_len']}-token KV cache, as "
+        "`decoding.measure_cost_curve` measured them at the start of the run: what one verification costs, "
+        "and the curve the default policy plans with."
     )
+    return f"## Forward cost curve\n\n{intro}\n\n" + table(["tokens", "ms", "relative to 1 token"], rows)
 
 
 def header_section(results: dict) -> str:
