@@ -1,0 +1,39 @@
+"""Ask paraphrase pairs through ChatService and set each second reply's stats beside verify()'s measurement.
+
+    python scripts/paraphrase_pairs.py [--pairs 5] [--max-new-tokens 128]
+"""
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from chatbot import ChatService, ChatSettings  # noqa: E402
+from data import group_questions, load_questions  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--pairs", type=int, default=5)
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    args = parser.parse_args()
+    groups = [g for g in group_questions(load_questions()).values() if len(g) > 1][: args.pairs]
+    with tempfile.TemporaryDirectory() as data_dir:
+        svc = ChatService.create(data_dir, threads=2, settings=ChatSettings(max_new_tokens=args.max_new_tokens))
+        print("| second question | tokens | copied | passes | estimated speedup | verify: identical | measured |")
+        print("|---|---|---|---|---|---|---|")
+        for group in groups:
+            svc.ask(group[0].question)
+            second = svc.ask(group[1].question)
+            check = svc.verify(second.id)
+            s = second.stats
+            print(f"| {group[1].question[:60]} | {s['tokens']} | {s['copied_tokens']} | {s['forward_passes']} | "
+                  f"{s['speedup']:.2f}x | {check.identical} | {check.measured_speedup:.2f}x |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
