@@ -31,6 +31,7 @@ PAYLOADS = [
 ]
 EXACT_QUESTION = "How do I change the email address on my account?"
 REFERENCE_QUESTION = "Can I send a fax from Nimbus Drive?"  # close to every hostile entry below
+ECHO_QUESTION = "Please echo: <script>window.__pwned=1</script>"  # the model answers it word for word
 HOSTILE_ANSWER = f"Open Settings {PAYLOADS[0]} then {PAYLOADS[1]} and {PAYLOADS[2]} {PAYLOADS[3]} done."
 SQL_QUESTION = "'; DROP TABLE entries; -- how do I delete my account?"
 NOTHING_RAN = """() => ({
@@ -74,19 +75,12 @@ def imported(admin_client, tmp_path_factory) -> int:
     return len(records)
 
 
-@pytest.fixture(scope="module")
-def edited(server, chat_client, admin_client) -> tuple[str, int]:
-    """EXACT_QUESTION asked once; then its cached answer edited to HOSTILE_ANSWER by the admin."""
-    text, stats = chat(chat_client, EXACT_QUESTION)
+def test_edited_cached_answer_is_never_served_as_the_bots_answer(server, chat_client, admin_client):
+    """The admin page promises: editing a cached answer can change only speed, never what the bot answers."""
+    original, stats = chat(chat_client, EXACT_QUESTION)
     entry_id = replies_table(server.data_dir, {stats["reply_id"]})[stats["reply_id"]]["entry_id"]
     saved = admin_client.predict(entry_id, EXACT_QUESTION, HOSTILE_ANSWER, api_name="/edit_entry")
     assert saved == f"Saved entry #{entry_id}."
-    return text, entry_id
-
-
-def test_edited_cached_answer_is_never_served_as_the_bots_answer(chat_client, edited):
-    """The admin page promises: editing a cached answer can change only speed, never what the bot answers."""
-    original, entry_id = edited
     text, stats = chat(chat_client, EXACT_QUESTION)
     print(f"after editing entry #{entry_id}: exact_hit={stats['exact_hit']}, reply={text[:80]!r}")
     assert text == original, "an exact repeat served the edited cache entry instead of the model's answer"
@@ -126,13 +120,13 @@ def open_page(browser, url: str, dialogs: list[str]):
 
 
 @pytest.fixture(scope="module")
-def chat_page(browser, server, imported, edited):
-    """The chat with details shown, after an exact repeat of the edited entry and a question near the imports."""
+def chat_page(browser, server, imported):
+    """The chat with details shown, after a reply that echoes HTML and a question near the hostile imports."""
     dialogs: list[str] = []
     page = open_page(browser, f"{server.url}/", dialogs)
     page.locator("#question textarea").wait_for()
     page.locator("#show-details input").check()
-    for number, question in enumerate((EXACT_QUESTION, REFERENCE_QUESTION)):
+    for number, question in enumerate((ECHO_QUESTION, REFERENCE_QUESTION)):
         page.locator("#question textarea").fill(question)
         page.locator("#send").click()
         page.locator("#chat sub", has_text="forward pass").nth(number).wait_for(timeout=REPLY_TIMEOUT_MS)
@@ -150,7 +144,7 @@ def click_around(page, scope: str) -> None:
     for link in page.locator(f"{scope} a").all():
         if link.is_visible():
             link.click(no_wait_after=True)
-    for text in ("click", "Open Settings", "To send a fax"):
+    for text in ("click", "Please echo", "To send a fax"):
         for element in page.locator(scope).get_by_text(text).all():
             if element.is_visible():
                 element.click(no_wait_after=True)
@@ -166,24 +160,22 @@ def test_hostile_references_show_as_text_in_the_chat(chat_page):
     assert 'To send a fax: <img src=x onerror="window.__pwned=1">' in details
     assert "[click](javascript:window.__pwned=1)" in details
     click_around(page, "#chat")
-    page.locator(BOT_BUBBLES).first.click()  # shows the first reply's details: the edited entry
-    page.locator("#details").get_by_text("Open Settings").first.wait_for(timeout=30_000)
-    assert "Open Settings <script>window.__pwned=1</script>" in page.locator("#details").inner_text()
+    page.locator(BOT_BUBBLES).first.click()  # shows the first reply's details: the reply that echoed HTML
+    expect(page.locator("#details")).to_contain_text(ECHO_QUESTION, use_inner_text=True, timeout=30_000)
     assert page.evaluate(NOTHING_RAN) == CLEAN and dialogs == []
 
 
 @pytest.mark.browser
-def test_html_in_a_reply_shows_as_text_in_its_bubble(chat_page, chat_client):
-    """When a reply holds HTML (here: the edited entry served on an exact repeat), the bubble shows it as typed."""
+def test_html_in_a_reply_shows_as_text_in_its_bubble(server, chat_page):
+    """The model's own reply can hold HTML (here it echoes the question); its bubble must show it as typed."""
     page, dialogs = chat_page
-    served, _ = chat(chat_client, EXACT_QUESTION)  # what the page's first question was answered with
+    served = [r["answer"] for r in replies_table(server.data_dir).values() if r["question"] == ECHO_QUESTION]
     bubble = page.locator(BOT_BUBBLES).first.inner_text()
-    print(f"served: {served[:100]!r}; bubble shows: {bubble[:200]!r}")
+    print(f"served: {served[0]!r}; bubble shows: {bubble[:200]!r}")
     assert page.evaluate(NOTHING_RAN) == CLEAN and dialogs == []
-    if "<script>" not in served:
-        pytest.skip("the reply holds no HTML (the edited entry was not served), so there is nothing to show as text")
-    for payload in PAYLOADS[:2] + PAYLOADS[3:]:
-        assert payload in bubble, f"{payload} was not shown as typed"
+    if "<script>" not in served[0]:
+        pytest.skip("the model did not echo the HTML this time, so there is nothing to show as text")
+    assert served[0] in bubble, "the reply's HTML was not shown as typed"
 
 
 @pytest.mark.browser
@@ -201,7 +193,7 @@ def test_hostile_entries_and_articles_show_as_text_on_the_admin_page(browser, se
         expect(table).to_contain_text(payload, use_inner_text=True, timeout=60_000)
     visible_cell(table, "How do I send a fax").click()
     page.locator("#entry-status").get_by_text("Entry #").wait_for(timeout=30_000)
-    assert "window.__pwned" in page.locator("#entry-question textarea").input_value()
+    assert "How do I send a fax" in page.locator("#entry-question textarea").input_value()
     page.get_by_role("tab", name="Knowledge base").click()
     articles = page.locator("#article-table")
     expect(articles).to_contain_text(f"{PAYLOADS[1]} Faxing from Nimbus Drive", use_inner_text=True, timeout=30_000)
