@@ -30,12 +30,7 @@ class InputError(ValueError):
 
 def clean_text(text: str) -> str:
     """Drop control characters and lone surrogates; keep every script, emoji, newlines and tabs."""
-    text = text.encode("utf-8", "replace").decode("utf-8") if _has_surrogates(text) else text
     return "".join(ch for ch in text if ch in "\n\t" or unicodedata.category(ch) not in ("Cc", "Cs", "Co"))
-
-
-def _has_surrogates(text: str) -> bool:
-    return any("\ud800" <= ch <= "\udfff" for ch in text)
 
 
 def parse_history(history: object, max_chars: int) -> list[Turn]:
@@ -70,9 +65,11 @@ def build_prompt(
     dropped oldest first, a user turn together with the answer that followed it.
     """
     system = {"role": "system", "content": system_message(system_prompt, article)}
-    turns = [{"role": t.role, "content": t.content} for t in history]
     question_msg = {"role": "user", "content": question}
-    dropped = 0
+    # Count each turn once to find where to start, so a huge history costs one tokenization, not one per
+    # dropped pair; the loop below then confirms with the real template (usually in one pass).
+    dropped = _turns_that_do_not_fit(tokenizer, system, question_msg, history, max_prompt_tokens)
+    turns = [{"role": t.role, "content": t.content} for t in history[dropped:]]
     while True:
         messages = [system, *turns, question_msg]
         ids = encode_messages(tokenizer, messages)
@@ -86,6 +83,21 @@ def build_prompt(
             f"the limit is {max_prompt_tokens}). Please shorten it."
         )
     return Prompt(ids=ids, messages=messages, dropped_turns=dropped)
+
+
+def _turns_that_do_not_fit(tokenizer, system: dict, question: dict, history: list[Turn], limit: int) -> int:
+    """How many of the oldest turns to leave out, estimated from per-turn token counts (whole pairs)."""
+    base = len(encode_messages(tokenizer, [system, question]))
+    overhead = len(encode_messages(tokenizer, [system, {"role": "user", "content": ""}, question])) - base
+    budget, first = limit - base, len(history)
+    for i in range(len(history) - 1, -1, -1):
+        budget -= len(tokenizer(history[i].content, add_special_tokens=False)["input_ids"]) + overhead
+        if budget < 0:
+            break
+        first = i
+    while first < len(history) and history[first].role != "user":
+        first += 1
+    return first
 
 
 def encode_messages(tokenizer, messages: list[dict]) -> list[int]:

@@ -202,13 +202,13 @@ class ChatPage:
         try:
             reply = self.service.ask(message, history or [], session_id=_session(request))
         except InputError as err:
-            raise gr.Error(str(err)) from err
+            raise gr.Error(str(err), print_exception=False) from err
         return reply.text, {**reply.stats, "reply_id": reply.id, "notice": reply.notice}
 
 
 def _assistant_bubble(reply: Reply) -> dict:
     if not reply.done:
-        return {"role": "assistant", "content": reply.text or "…"}
+        return {"role": "assistant", "content": fmt.escape_markup(reply.text) or "…"}
     return {"role": "assistant", "content": fmt.reply_markdown(reply.text, reply.stats, reply.notice)}
 
 

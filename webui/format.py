@@ -4,6 +4,7 @@ Everything a user, the model or the cache wrote goes through `html.escape` befor
 """
 
 import html
+import re
 from collections.abc import Sequence
 
 from cache.records import ArticleRecord, CachedAnswer
@@ -17,9 +18,16 @@ SOURCE_TITLES = {
 SNIPPET_CHARS = 400
 
 
+_CODE = re.compile(r"(```.*?```|`[^`\n]*`)", re.DOTALL)
+
+
 def escape_markup(text: str) -> str:
-    """Text for a Markdown bubble in which HTML shows as typed instead of being rendered or stripped."""
-    return html.escape(text, quote=False)
+    """Text for a Markdown bubble in which HTML shows as typed instead of being rendered or stripped.
+
+    Code spans and fences are left alone: Markdown already shows their content literally.
+    """
+    parts = _CODE.split(text)
+    return "".join(part if i % 2 else html.escape(part, quote=False) for i, part in enumerate(parts))
 
 
 def speedup_label(stats: dict) -> str:
@@ -51,7 +59,7 @@ def reply_markdown(text: str, stats: dict, notice: str = "") -> str:
     footer = f'<sub title="{method}">{html.escape(stats_line(stats))}</sub>'
     if notice:
         footer += f"\n\n<sub>⚠ {html.escape(notice)}</sub>"
-    return f"{text}\n\n{footer}"
+    return f"{escape_markup(text)}\n\n{footer}"
 
 
 def highlighted_html(text: str, spans: Sequence[Span]) -> str:

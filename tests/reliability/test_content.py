@@ -6,6 +6,7 @@ The hostile records go in through the admin import (JSON Lines), as an admin res
 
 import json
 import re
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from gradio_client import handle_file
 from playwright.sync_api import expect
 from transformers import AutoTokenizer
 
-from tests.reliability.app_process import REPO, entry_questions, read_store, replies_table
+from tests.reliability.app_process import REPO, connect_read_only, entry_questions, read_store, replies_table
 
 pytestmark = pytest.mark.slow
 
@@ -43,6 +44,11 @@ NOTHING_RAN = """() => ({
 })"""
 BOT_BUBBLES = "#chat [data-testid='bot']"
 CLEAN = {"pwned": None, "scripts": 0, "handlers": 0, "js_links": 0}
+
+
+def entry_texts(data_dir: Path) -> list[tuple[str, str]]:
+    with closing(connect_read_only(data_dir)) as db:
+        return db.execute("SELECT question, answer FROM entries").fetchall()
 
 
 def hostile_records() -> list[dict]:
@@ -95,9 +101,11 @@ def test_sql_in_a_question_is_stored_and_searched_as_text(server, chat_client, a
     assert [row[1] for row in table["data"]] == [SQL_QUESTION]
     assert SQL_QUESTION in entry_questions(server.data_dir).values()
     assert len(read_store(server.data_dir).entry_ids) == entries_before + 1
+    texts = [question + "\n" + answer for question, answer in entry_texts(server.data_dir)]
     for wildcard in ("%", "_", "[a-z]"):  # LIKE and GLOB wildcards match themselves only
-        rows = admin_client.predict(wildcard, "date", True, api_name="/list_entries")[0]["data"]
-        assert all(wildcard in row[1] + row[2] for row in rows), (wildcard, rows)
+        info = admin_client.predict(wildcard, "date", True, api_name="/list_entries")[1]
+        found = int(re.search(r"(\d+) entries", info).group(1))
+        assert found == sum(wildcard in text for text in texts), (wildcard, info)
 
 
 @pytest.fixture(scope="module")
@@ -186,7 +194,7 @@ def test_hostile_entries_and_articles_show_as_text_on_the_admin_page(browser, se
     page.locator("input[type=text]").fill("admin")
     page.locator("input[type=password]").fill(admin_password)
     page.keyboard.press("Enter")
-    page.locator("#cache-search textarea").fill("window.__pwned")
+    page.locator("#cache-search textarea").fill("send a fax")
     page.locator("#cache-search textarea").press("Enter")
     table = page.locator("#cache-table")
     for payload in PAYLOADS:
