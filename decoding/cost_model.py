@@ -58,17 +58,19 @@ def measure_cost_curve(
     context = torch.randint(0, vocab, (1, context_len))
     cache = new_kv_cache(model)
     forward_tokens(model, context, cache, logits_to_keep=1)
-    fastest = []
-    for size in sizes:
-        draft = torch.randint(0, vocab, (1, size))
-        timings = []
-        for _ in range(repeats + 1):  # the first run warms up allocations for this shape
+    drafts = {size: torch.randint(0, vocab, (1, size)) for size in sizes}
+    timings: dict[int, list[float]] = {size: [] for size in sizes}
+    # Sizes take turns within each round, so a burst of load from elsewhere hits them alike instead of
+    # inflating one size; the first round only warms up the allocations for each shape.
+    for round_ in range(repeats + 1):
+        for size in sizes:
             start = time.perf_counter()
-            forward_tokens(model, draft, cache, logits_to_keep=size)
-            timings.append(time.perf_counter() - start)
+            forward_tokens(model, drafts[size], cache, logits_to_keep=size)
+            if round_:
+                timings[size].append(time.perf_counter() - start)
             truncate_kv_cache(cache, context_len)
-        # Other work on the machine only ever adds time, so the fastest run is the truest cost.
-        fastest.append(min(timings[1:]))
+    # Other work on the machine only ever adds time, so the fastest run is the truest cost.
+    fastest = [min(timings[size]) for size in sizes]
     # A larger forward never costs less; a running maximum irons out what noise is left.
     monotone = [max(fastest[: i + 1]) for i in range(len(fastest))]
     return CostCurve(tuple(sizes), tuple(monotone), context_len)

@@ -48,3 +48,13 @@ def test_fixed_policy_follows_the_paper():
     assert drafter.copy_len(Match(0, 1, 2), continuing=False, available=3) == 3
     with pytest.raises(ValueError):
         FixedCopyPolicy(match_len=0)
+
+
+def test_measured_cost_curve_is_positive_and_never_falls(tiny_model, tmp_path):
+    from decoding import load_or_measure, measure_cost_curve
+
+    curve = measure_cost_curve(tiny_model, sizes=(1, 4, 16), context_len=32, repeats=2)
+    assert curve.sizes == (1, 4, 16) and all(s > 0 for s in curve.seconds)
+    assert list(curve.seconds) == sorted(curve.seconds)
+    stored = load_or_measure(tiny_model, tmp_path / "curves.json")
+    assert load_or_measure(tiny_model, tmp_path / "curves.json") == stored  # read back, not re-measured
