@@ -122,9 +122,11 @@ def test_empty_question_shows_a_warning_and_stays_out_of_the_chat(browser, serve
 def test_hostile_cached_answer_is_shown_as_text(browser, server, admin_client, chat_page, artifacts):
     entry_id = entry_rows(admin_client, QUESTION)[0][0]
     assert admin_client.predict(entry_id, QUESTION, EVIL_ANSWER, api_name="/edit_entry") == f"Saved entry #{entry_id}."
-    page = new_page(browser, f"{server.url}/")  # a new session: same question, same (empty) history
+    page = new_page(browser, f"{server.url}/")
     page.locator("#show-details input").check()
-    ask(page, QUESTION)
+    # A rewording, so the edited entry comes back as a reference (an exact repeat would be re-verified by the
+    # model and the entry healed back to the model's own answer before it is shown).
+    ask(page, QUESTION + " Thanks!")
     page.locator("#chat sub", has_text="forward pass").first.wait_for(timeout=REPLY_TIMEOUT_MS)
     page.locator("#details").get_by_text(f"#{entry_id}").wait_for()
     assert '<script>window.__xss = "script"</script>' in page.locator("#details").inner_text()
