@@ -1,7 +1,5 @@
 # Two commands a new machine needs: `make run` and `make test`. Both set everything up on first use.
 PY ?= python3
-# Sleeping OpenMP waiters: spinning ones make forwards many times slower when the 2 cores are shared.
-export OMP_WAIT_POLICY ?= PASSIVE
 VENV := .venv
 BIN := $(VENV)/bin
 MODEL_DIR := models/SmolLM2-135M-Instruct

@@ -1,11 +1,4 @@
 """Start the helpdesk: read settings once, build the chat service, mount the web pages, serve them."""
-# ruff: noqa: E402  (the OpenMP setting below must come before torch is imported)
-
-import os
-
-# OpenMP reads this when torch loads. On a shared machine spinning waiters made forwards many times
-# slower (see chatbot/bench.py); sleeping waiters do not.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import sys
 from pathlib import Path

@@ -236,13 +236,19 @@ def select_questions(questions: list[Question], articles: dict[str, str], limit:
     paraphrased = [g for g in groups.values() if len(g) >= 2 and not g[0].follow_up]
     cap = slice(None, limit)
     return Selection(
-        cache_assisted=[q for g in paraphrased for q in g[1:] if not q.follow_up][cap],
+        cache_assisted=round_robin([[q for q in g[1:] if not q.follow_up] for g in paraphrased])[cap],
         rag=[g[0] for g in groups.values() if g[0].article in articles and not g[0].follow_up][cap],
         repeat=[g[0] for g in paraphrased][cap],
-        followup=[q for g in paraphrased for q in g[1:] if q.follow_up][cap],
+        followup=round_robin([[q for q in g[1:] if q.follow_up] for g in paraphrased])[cap],
         novel=[g[0] for g in groups.values() if len(g) == 1 and not g[0].follow_up][cap],
         groups=groups,
     )
+
+
+def round_robin(lists: list[list[Question]]) -> list[Question]:
+    """The first item of every list, then every second one, ...: a --limit then covers as many groups as it can."""
+    longest = max((len(items) for items in lists), default=0)
+    return [items[i] for i in range(longest) for items in lists if i < len(items)]
 
 
 class Workbench:
@@ -561,19 +567,5 @@ def main(argv: list[str] | None = None) -> None:
           f"in {results['wall_seconds']:.0f} s", file=sys.stderr)
 
 
-def rerun_with_sleeping_openmp_waiters() -> None:
-    """Restart this command with OMP_WAIT_POLICY=PASSIVE unless the caller chose a policy.
-
-    On a shared machine, OpenMP threads that spin while waiting for a descheduled sibling made each
-    forward 9-36x slower here (2 tokens: 4.7 s instead of 0.13 s); sleeping waiters do not. OpenMP reads
-    the variable only when torch loads it, which `import chatbot` has already done, hence the restart.
-    Export OMP_WAIT_POLICY=ACTIVE to measure with spinning threads on a quiet machine.
-    """
-    if "OMP_WAIT_POLICY" not in os.environ:
-        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
-        os.execv(sys.executable, [sys.executable, "-m", "chatbot.bench", *sys.argv[1:]])
-
-
 if __name__ == "__main__":
-    rerun_with_sleeping_openmp_waiters()
     main()

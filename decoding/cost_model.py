@@ -5,6 +5,7 @@ The adaptive copy policy weighs the expected accepted tokens against this curve.
 """
 
 import json
+import os
 import platform
 import time
 from dataclasses import asdict, dataclass
@@ -77,11 +78,12 @@ def measure_cost_curve(
 
 
 def machine_key(model: torch.nn.Module) -> str:
-    """Identifies model shape, dtype, thread count and processor: what the curve depends on."""
+    """Identifies model shape, dtype, threads, OpenMP wait policy and processor: what the curve depends on."""
     cfg = model.config
     dtype = str(next(model.parameters()).dtype)
     shape = f"{cfg.model_type}-{cfg.num_hidden_layers}x{cfg.hidden_size}-v{cfg.vocab_size}"
-    return f"{shape}|{dtype}|threads={torch.get_num_threads()}|{platform.machine()}|{platform.processor()}"
+    threads = f"threads={torch.get_num_threads()},omp_wait={os.environ.get('OMP_WAIT_POLICY', 'default')}"
+    return f"{shape}|{dtype}|{threads}|{platform.machine()}|{platform.processor()}"
 
 
 def load_or_measure(model: torch.nn.Module, cache_file: Path | None) -> CostCurve:

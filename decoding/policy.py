@@ -42,7 +42,9 @@ class AdaptiveCopyPolicy:
     Each drafted token is modelled as accepted with probability p, given the ones before it were
     (so a draft of k yields 1 + p + ... + p^k tokens). p is estimated per call from what was
     accepted so far, separately for drafts that continue the last copied run and for fresh
-    matches of each match length, starting from priors that were tuned on the benchmark.
+    matches of each match length, starting from priors that were tuned on the benchmark. A run
+    that has already agreed with the model for many tokens counts as extra evidence for its next
+    draft: long verbatim runs (a repeated answer) are drafted long from their second draft on.
     """
 
     cost: CostCurve
@@ -54,6 +56,7 @@ class AdaptiveCopyPolicy:
     prior_continuing: float = 0.8  # the previous draft was fully accepted and this one follows it
     prior_strength: float = 8.0  # how many observed drafted tokens the prior is worth
     min_gain: float = 1.0  # draft only if expected speed beats a plain step by this factor
+    run_weight: float = 1.0  # accepted tokens of the current run, as observations for its next draft
 
     def start(self) -> "AdaptiveDrafter":
         return AdaptiveDrafter(self)
@@ -64,11 +67,13 @@ class AdaptiveDrafter:
     policy: AdaptiveCopyPolicy
     accepted: dict[str, float] = field(default_factory=dict)
     rejected: dict[str, float] = field(default_factory=dict)
+    run_len: int = 0  # tokens the current copied run has agreed with the model so far
 
     def copy_len(self, match: Match, continuing: bool, available: int) -> int:
         if match.match_len < self.policy.min_match_len:
             return 0
-        p = self.acceptance(self._bucket(match, continuing))
+        run_evidence = self.policy.run_weight * self.run_len if continuing else 0.0
+        p = self.acceptance(self._bucket(match, continuing), run_evidence)
         return best_copy_len(p, self.policy.cost, min(self.policy.max_copy_len, available), self.policy.min_gain)
 
     def record(self, match: Match, continuing: bool, drafted: int, accepted: int) -> None:
@@ -77,12 +82,19 @@ class AdaptiveDrafter:
         bucket = self._bucket(match, continuing)
         self.accepted[bucket] = self.accepted.get(bucket, 0.0) + accepted
         self.rejected[bucket] = self.rejected.get(bucket, 0.0) + (1.0 if accepted < drafted else 0.0)
+        # A fully accepted draft is followed by the model's own next token, which continues the run
+        # only if the next draft is "continuing"; a partly accepted one ends the run.
+        fully_accepted = accepted == drafted
+        self.run_len = ((self.run_len if continuing else 0) + accepted + 1) if fully_accepted else 0
 
-    def acceptance(self, bucket: str) -> float:
-        """Posterior mean of the per-token acceptance probability for this kind of match."""
+    def acceptance(self, bucket: str, run_evidence: float = 0.0) -> float:
+        """Posterior mean of the per-token acceptance probability for this kind of match.
+
+        `run_evidence` adds that many accepted tokens (no rejection) from the run being continued.
+        """
         prior = self._prior(bucket)
         strength = self.policy.prior_strength
-        good = prior * strength + self.accepted.get(bucket, 0.0)
+        good = prior * strength + self.accepted.get(bucket, 0.0) + run_evidence
         bad = (1.0 - prior) * strength + self.rejected.get(bucket, 0.0)
         return good / (good + bad)
 

@@ -4,12 +4,10 @@
 """
 
 import argparse
-import os
 import sys
 import tempfile
 from pathlib import Path
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from chatbot import ChatService, ChatSettings  # noqa: E402

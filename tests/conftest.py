@@ -2,7 +2,9 @@
 
 import os
 
-# Sleeping OpenMP waiters: spinning ones make forwards many times slower when the 2 cores are shared.
+# The suite runs several model processes at once on 2 cores (app servers, the bench). OpenMP threads that
+# spin while a sibling is descheduled made forwards 3-6x slower then; sleeping waiters do not. The app and
+# the bench keep OpenMP's default (spin briefly, then sleep), which is faster on a machine they have alone.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import pytest  # noqa: E402

@@ -67,3 +67,15 @@ def test_report_mentions_every_workload_and_plots_exist(bench_run):
     assert "## Targets" in report
     for name in PLOTS:
         assert (bench_run / name).stat().st_size > 0, name
+
+
+def test_a_limit_covers_as_many_groups_as_it_can():
+    from chatbot.bench import select_questions
+    from data import Question
+
+    questions = [Question(group=g, question=f"{g} wording {i}", article=None) for g in "abc" for i in range(4)]
+    selection = select_questions(questions, {}, limit=4)
+    assert [q.question for q in selection.cache_assisted] == [
+        "a wording 1", "b wording 1", "c wording 1", "a wording 2",
+    ]
+    assert len(select_questions(questions, {}, limit=None).cache_assisted) == 9

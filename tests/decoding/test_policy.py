@@ -41,6 +41,22 @@ def test_adaptive_drafter_backs_off_after_misses_and_grows_after_hits():
     assert streak.copy_len(match, continuing=True, available=100) > first
 
 
+def test_a_long_agreeing_run_is_drafted_longer_than_a_fresh_one():
+    drafter = AdaptiveCopyPolicy(cost=CPU_CURVE).start()
+    match = Match(source=0, next_pos=3, match_len=4)
+    fresh = drafter.copy_len(match, continuing=False, available=100)
+    drafter.record(match, continuing=False, drafted=fresh, accepted=fresh)  # the run agreed so far
+    after_one = drafter.copy_len(match, continuing=True, available=100)
+    drafter.record(match, continuing=True, drafted=after_one, accepted=after_one)
+    after_two = drafter.copy_len(match, continuing=True, available=100)
+    assert fresh < after_one < after_two
+    drafter.record(match, continuing=True, drafted=after_two, accepted=2)  # the run broke off
+    assert drafter.run_len == 0
+    blind = AdaptiveCopyPolicy(cost=CPU_CURVE, run_weight=0.0).start()
+    blind.record(match, continuing=False, drafted=fresh, accepted=fresh)
+    assert blind.copy_len(match, continuing=True, available=100) < after_one
+
+
 def test_fixed_policy_follows_the_paper():
     drafter = FixedCopyPolicy(match_len=2, copy_len=7).start()
     assert drafter.copy_len(Match(0, 1, 1), continuing=False, available=100) == 0
