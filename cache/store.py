@@ -180,13 +180,13 @@ class AnswerCache:
             return reply.id
 
     def set_feedback(self, reply_id: int, value: int, reason: str = "") -> None:
-        """Record a thumbs up (+1) or down (-1); raises KeyError for an unknown reply."""
-        if isinstance(value, bool) or value not in (-1, 1):
-            raise ValueError(f"feedback must be -1 or 1, got {value!r}")
+        """Record a thumbs up (+1) or down (-1), or clear the rating (0); raises KeyError for an unknown reply."""
+        if isinstance(value, bool) or value not in (-1, 0, 1):
+            raise ValueError(f"feedback must be -1, 0 or 1, got {value!r}")
         with self._lock, self._sessions.begin() as session:
             reply = _get_or_raise(session, Reply, reply_id)
-            reply.feedback = value
-            reply.feedback_reason = reason
+            reply.feedback = value or None
+            reply.feedback_reason = reason if value else ""
 
     def set_verification(self, reply_id: int, identical: bool, measured_speedup: float) -> None:
         """Record whether a greedy re-run matched the reply, and the speedup measured against it."""

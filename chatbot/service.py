@@ -350,8 +350,9 @@ class ChatService:
         return Verification(reply_id, identical, greedy.seconds, reply_seconds, speedup)
 
     def feedback(self, reply_id: int, value: int, reason: str = "") -> None:
-        if value not in (-1, 1):
-            raise InputError("feedback must be +1 or -1")
+        """Thumbs up (+1) or down (-1) with an optional reason; 0 takes the rating back."""
+        if value not in (-1, 0, 1):
+            raise InputError("feedback must be +1, -1 or 0")
         self.cache.set_feedback(reply_id, value, clean_text(reason)[:2000])
 
     def with_settings(self, **changes) -> "ChatService":

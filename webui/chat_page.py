@@ -181,10 +181,16 @@ class ChatPage:
     # --- feedback ----------------------------------------------------------------------------------
 
     def rate(self, replies: dict, reason: str, like: gr.LikeData):
-        """Store a thumbs up or down with the reply it was given on (only this session's replies count)."""
+        """Store a thumbs up or down with the reply it was given on (only this session's replies count).
+
+        Clicking the chosen thumb again unselects it; Gradio then sends `liked=""` and the rating is removed.
+        """
         chosen = replies.get(str(like.index if isinstance(like.index, int) else like.index[0]))
-        if chosen is None or chosen["reply_id"] is None or like.liked not in (True, False):
+        if chosen is None or chosen["reply_id"] is None or like.liked not in (True, False, ""):
             return None, ""
+        if like.liked == "":
+            self.service.feedback(chosen["reply_id"], 0)
+            return None, "Your rating was removed."
         value = 1 if like.liked else -1
         self.service.feedback(chosen["reply_id"], value, reason)
         return {"reply_id": chosen["reply_id"], "value": value}, "Thanks for the feedback."

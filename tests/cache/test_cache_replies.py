@@ -19,12 +19,14 @@ def test_feedback_and_verification_are_stored(cache):
     assert (stored.verified, stored.measured_speedup) == (True, 1.8)
     assert stored.session_id == "s1" and stored.created_at.tzinfo is not None
     assert cache.get_reply(reply_id + 1) is None
+    cache.set_feedback(reply_id, 0, "ignored")  # the thumb clicked again: no rating
+    assert (cache.get_reply(reply_id).feedback, cache.get_reply(reply_id).feedback_reason) == (None, "")
 
 
 def test_feedback_and_verification_validate_their_input(cache):
     reply_id = cache.record_reply(reply())
     with pytest.raises(ValueError, match="feedback"):
-        cache.set_feedback(reply_id, 0)
+        cache.set_feedback(reply_id, 2)
     with pytest.raises(ValueError, match="measured_speedup"):
         cache.set_verification(reply_id, True, float("nan"))
     with pytest.raises(KeyError):

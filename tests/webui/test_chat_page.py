@@ -89,7 +89,8 @@ def test_feedback_only_for_this_sessions_replies(page):
     assert rating == {"reply_id": 41, "value": -1} and note
     assert page.rate(replies, "", SimpleNamespace(index=3, liked=True)) == (None, "")
     page.send_reason(rating, "too short")
-    assert page.service.feedback_given == [(41, -1, "clear"), (41, -1, "too short")]
+    assert page.rate(replies, "", SimpleNamespace(index=1, liked="")) == (None, "Your rating was removed.")
+    assert page.service.feedback_given == [(41, -1, "clear"), (41, -1, "too short"), (41, 0, "")]
 
 
 def test_api_returns_text_and_stats_and_a_clear_error(page):
