@@ -37,7 +37,7 @@ def summarize(replies: Sequence[ReplyRow], entries: int, articles: int) -> Dashb
         reference_hit_rate=referenced / count if count else 0.0,
         mean_speedup=statistics.fmean(speedups) if speedups else None,
         median_speedup=statistics.median(speedups) if speedups else None,
-        seconds_saved=sum(_seconds_saved(reply.stats) for reply in replies),
+        seconds_saved=sum(seconds_saved(reply.stats) for reply in replies),
         positive_feedback=sum(1 for reply in replies if reply.feedback == 1),
         negative_feedback=sum(1 for reply in replies if reply.feedback == -1),
         top_questions=top_questions(replies),
@@ -55,7 +55,8 @@ def top_questions(replies: Sequence[ReplyRow], limit: int = TOP_QUESTIONS) -> li
     return [QuestionCount(first_asked[key], n) for key, n in counts.most_common(limit)]
 
 
-def _seconds_saved(stats: dict) -> float:
+def seconds_saved(stats: dict) -> float:
+    """Estimated greedy time minus the time the reply took; 0 when either is unknown."""
     greedy, actual = number_stat(stats, "greedy_seconds_estimate"), number_stat(stats, "seconds")
     return greedy - actual if greedy is not None and actual is not None else 0.0
 

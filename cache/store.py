@@ -361,7 +361,8 @@ class AnswerCache:
         return dashboard.summarize(replies, entries, articles)
 
     def reply_series(self) -> list[dict]:
-        """One point per reply, oldest first: created_at, speedup and tokens_per_forward_pass (or None)."""
+        """One point per reply, oldest first: created_at, speedup and tokens_per_forward_pass (or None),
+        and seconds_saved against plain greedy decoding (0 when unknown)."""
         with self._sessions() as session:
             points = session.execute(select(Reply.created_at, Reply.stats).order_by(Reply.created_at, Reply.id))
             return [
@@ -369,6 +370,7 @@ class AnswerCache:
                     "created_at": row.created_at,
                     "speedup": dashboard.number_stat(row.stats, "speedup"),
                     "tokens_per_forward_pass": dashboard.number_stat(row.stats, "tokens_per_forward_pass"),
+                    "seconds_saved": dashboard.seconds_saved(row.stats),
                 }
                 for row in points
             ]

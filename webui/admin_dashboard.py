@@ -20,8 +20,9 @@ class Dashboard:
             histogram, over_time = gr.Plot(show_label=False), gr.Plot(show_label=False)
         with gr.Row():
             rates, top = gr.Plot(show_label=False), gr.Plot(show_label=False)
-        unreferenced = gr.Plot(show_label=False)
-        outputs = [summary, histogram, over_time, rates, top, unreferenced]
+        with gr.Row():
+            unreferenced, saved = gr.Plot(show_label=False), gr.Plot(show_label=False)
+        outputs = [summary, histogram, over_time, rates, top, unreferenced, saved]
         refresh.click(self.refresh, None, outputs, api_name="dashboard")
         return outputs
 
@@ -35,6 +36,7 @@ class Dashboard:
             plots.hit_rates(stats),
             plots.question_bars(stats.top_questions, "Most asked questions"),
             plots.question_bars(stats.top_unreferenced_questions, "Asked with no useful reference"),
+            plots.time_saved(series),
         )
 
 

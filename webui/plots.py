@@ -45,6 +45,20 @@ def speedup_over_time(series: list[dict]) -> Figure:
     return _note_if_empty(fig, ax, series)
 
 
+def time_saved(series: list[dict]) -> Figure:
+    """Seconds saved against plain greedy decoding, summed over replies as they were served."""
+    fig, ax = _figure("Time saved against plain greedy decoding")
+    if series:
+        times = [point["created_at"] for point in series]
+        total = np.cumsum([point["seconds_saved"] for point in series])
+        ax.plot(times, total, drawstyle="steps-post", color="#55a868", linewidth=1.5)
+        ax.axhline(0.0, color="grey", linestyle="--", linewidth=1)
+        fig.autofmt_xdate()
+    ax.set_xlabel("reply time (UTC)")
+    ax.set_ylabel("seconds saved, cumulative")
+    return _note_if_empty(fig, ax, series)
+
+
 def hit_rates(stats: DashboardStats) -> Figure:
     """Share of replies served as exact repeats, and share that had similar past answers as references."""
     fig, ax = _figure(f"Hit rates over {stats.replies} replies")

@@ -69,8 +69,10 @@ def test_an_empty_dashboard_has_no_speedups(cache):
 
 
 def test_reply_series_gives_plot_points_oldest_first(cache):
-    cache.record_reply(reply(stats={"speedup": 2.0, "tokens_per_forward_pass": 3.5}))
+    timing = {"seconds": 1.0, "greedy_seconds_estimate": 2.5}
+    cache.record_reply(reply(stats={"speedup": 2.0, "tokens_per_forward_pass": 3.5, **timing}))
     cache.record_reply(reply(stats={}))
     series = cache.reply_series()
     assert [(p["speedup"], p["tokens_per_forward_pass"]) for p in series] == [(2.0, 3.5), (None, None)]
+    assert [p["seconds_saved"] for p in series] == [1.5, 0.0]
     assert series[0]["created_at"] <= series[1]["created_at"]

@@ -71,3 +71,16 @@ def test_no_references_says_so():
 
 def test_escape_markup_keeps_text_readable():
     assert fmt.escape_markup("a < b & <img src=x>") == "a &lt; b &amp; &lt;img src=x&gt;"
+
+
+def test_time_saved_plot_adds_up_the_savings_in_serving_order():
+    from webui import plots
+
+    series = [
+        {"created_at": datetime(2026, 11, 1, 9, tzinfo=UTC), "seconds_saved": 1.5},
+        {"created_at": datetime(2026, 11, 1, 10, tzinfo=UTC), "seconds_saved": -0.25},
+        {"created_at": datetime(2026, 11, 1, 11, tzinfo=UTC), "seconds_saved": 2.0},
+    ]
+    line = plots.time_saved(series).axes[0].lines[0]
+    assert list(line.get_ydata()) == [1.5, 1.25, 3.25]
+    assert [t.get_text() for t in plots.time_saved([]).axes[0].texts] == ["nothing yet"]
