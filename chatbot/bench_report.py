@@ -91,6 +91,59 @@ def compute_targets(results: dict) -> list[Target]:
     ]
 
 
+def shortfall_section(results: dict, targets: list[Target]) -> str:
+    """For each missed speed target, the measurements that explain it: passes, copies, the cost curve."""
+    missed = {t.name for t in targets if t.passed is False}
+    llma, oracle = find_row(results, "cache_assisted", "llma"), find_row(results, "cache_assisted", "oracle")
+    lines = []
+    if llma and oracle and any("cache-assisted" in name for name in missed):
+        # A pass that yields t tokens and costs c one-token steps gives t / c; the implied mean cost per pass.
+        cost = llma["tokens_per_pass"] / llma["speedup_vs_greedy"]
+        oracle_cost = oracle["tokens_per_pass"] / oracle["speedup_vs_greedy"]
+        lines.append(
+            f"- **Cache-assisted speed is bounded by what the references hold.** LLMA made "
+            f"{llma['tokens_per_pass']:.2f} tokens per forward pass and copied {llma['mean_copied_share']:.0%} of "
+            f"each reply; with the exact greedy answer as reference (oracle) the same questions make "
+            f"{oracle['tokens_per_pass']:.2f} tokens per pass and copy {oracle['mean_copied_share']:.0%}. The "
+            f"model answers a rewording differently from the cached first wording, so most of a reply is not in "
+            f"any reference and no policy can copy it."
+        )
+        lines.append(
+            f"- **What 3x would take.** A pass cost LLMA {cost:.2f} one-token steps on average here (drafts make "
+            f"passes wider; see the cost curve), so 3x needs about {3 * cost:.1f} tokens per pass, "
+            f"{3 * cost / llma['tokens_per_pass']:.1f} times the {llma['tokens_per_pass']:.2f} it made. The oracle "
+            f"paid {oracle_cost:.2f} steps per pass."
+        )
+    curve = results.get("cost_curve")
+    if curve and len(curve["sizes"]) > 1 and missed:
+        relative = {n: s / curve["seconds"][0] for n, s in zip(curve["sizes"], curve["seconds"], strict=True)}
+        wide = ", ".join(f"{n} tokens {r:.2f}x" for n, r in relative.items() if n > 1)
+        lines.append(
+            f"- **The cost curve.** A forward of several tokens costs (relative to one): {wide}. On this CPU a draft "
+            "pays only when most of it is accepted, whereas the paper's GPU verifies a few extra tokens almost "
+            "for free."
+        )
+    novel = find_row(results, "novel", "llma")
+    if novel and "LLMA worst per-question speedup, novel" in missed:
+        worst = min(
+            (q for q in results["questions"] if q["workload"] == "novel"),
+            key=lambda q: _question_speedup(q, "llma"),
+        )
+        run = next(r for r in worst["runs"] if r["method"] == "llma")
+        lines.append(
+            f"- **Slowest novel question:** \"{worst['question']}\" at {_question_speedup(worst, 'llma'):.2f}x: "
+            f"{run['tokens']} tokens in {run['forward_passes']} passes, {run['copied_tokens']} copied. A rejected "
+            "draft costs a wider forward for no token; one-question timings on a shared machine also vary by "
+            "several percent."
+        )
+    return "## Why targets are missed\n\n" + "\n".join(lines) if lines else ""
+
+
+def _question_speedup(question: dict, method: str) -> float:
+    runs = {r["method"]: r for r in question["runs"]}
+    return runs["greedy"]["seconds"] / runs[method]["seconds"] if method in runs else float("inf")
+
+
 # --- markdown -----------------------------------------------------------------------------------
 
 
@@ -231,10 +284,12 @@ def mismatch_warning(results: dict) -> str:
 
 
 def render_markdown(results: dict, plot_names: list[str]) -> str:
+    targets = compute_targets(results)
     sections = [
         header_section(results),
         mismatch_warning(results),
-        targets_section(compute_targets(results)),
+        targets_section(targets),
+        shortfall_section(results, targets),
         results_section(results),
         workloads_section(results),
         grid_section(results),

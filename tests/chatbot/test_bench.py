@@ -79,3 +79,28 @@ def test_a_limit_covers_as_many_groups_as_it_can():
         "a wording 1", "b wording 1", "c wording 1", "a wording 2",
     ]
     assert len(select_questions(questions, {}, limit=None).cache_assisted) == 9
+
+
+def test_report_explains_a_missed_target_from_the_measurements():
+    from chatbot.bench_report import compute_targets, shortfall_section
+
+    def row(workload, method, speedup, per_pass=1.0, copied=0.0, worst=1.0):
+        return {"workload": workload, "method": method, "questions": 2, "speedup_vs_greedy": speedup,
+                "tokens_per_pass": per_pass, "mean_copied_share": copied, "worst_speedup": worst, "mismatches": []}
+
+    runs = [{"method": "greedy", "seconds": 1.0, "tokens": 8, "forward_passes": 8, "copied_tokens": 0},
+            {"method": "llma", "seconds": 1.25, "tokens": 8, "forward_passes": 7, "copied_tokens": 1}]
+    results = {
+        "rows": [row("cache_assisted", "llma", 1.2, 1.8, 0.4), row("cache_assisted", "llma_paper", 1.0),
+                 row("cache_assisted", "hf_prompt_lookup", 0.7), row("cache_assisted", "oracle", 3.6, 9.0, 0.9),
+                 row("novel", "llma", 1.0, worst=0.8)],
+        "questions": [{"workload": "novel", "question": "What is a VPN?", "runs": runs}],
+        "cost_curve": {"sizes": [1, 2, 16], "seconds": [0.05, 0.08, 0.1]},
+    }
+    text = shortfall_section(results, compute_targets(results))
+    assert "1.80 tokens per forward pass" in text and "copy 90%" in text
+    assert "3x needs about 4.5 tokens per pass" in text  # 1.8 / 1.2 = 1.5 steps per pass, times 3
+    assert "2 tokens 1.60x, 16 tokens 2.00x" in text
+    assert '"What is a VPN?" at 0.80x: 8 tokens in 7 passes, 1 copied' in text
+    passing = {**results, "rows": [row("cache_assisted", m, 3.0, 9.0) for m in ("llma", "oracle")]}
+    assert shortfall_section(passing, compute_targets(passing)) == ""
