@@ -106,7 +106,7 @@ def shortfall_section(results: dict, targets: list[Target]) -> str:
             f"each reply; with the exact greedy answer as reference (oracle) the same questions make "
             f"{oracle['tokens_per_pass']:.2f} tokens per pass and copy {oracle['mean_copied_share']:.0%}. The "
             f"model answers a rewording differently from the cached first wording, so most of a reply is not in "
-            f"any reference and no policy can copy it."
+            f"any reference and no policy can copy it." + _own_answer_note(results)
         )
         lines.append(
             f"- **What 3x would take.** A pass cost LLMA {cost:.2f} one-token steps on average here (drafts make "
@@ -130,13 +130,37 @@ def shortfall_section(results: dict, targets: list[Target]) -> str:
             key=lambda q: _question_speedup(q, "llma"),
         )
         run = next(r for r in worst["runs"] if r["method"] == "llma")
+        twin = find_row(results, "novel", "hf_greedy")  # the same work as greedy: its spread is timing noise
+        noise = (
+            f" Timing noise alone: hf_greedy, which does greedy's work, had a worst of {twin['worst_speedup']:.2f}x "
+            "on the same questions." if twin else ""
+        )
         lines.append(
             f"- **Slowest novel question:** \"{worst['question']}\" at {_question_speedup(worst, 'llma'):.2f}x: "
             f"{run['tokens']} tokens in {run['forward_passes']} passes, {run['copied_tokens']} copied. A rejected "
-            "draft costs a wider forward for no token; one-question timings on a shared machine also vary by "
-            "several percent."
+            f"draft costs a wider forward for no token.{noise}"
         )
     return "## Why targets are missed\n\n" + "\n".join(lines) if lines else ""
+
+
+def _own_answer_note(results: dict) -> str:
+    """LLMA's speedup with and without the group's own cached answer among the references."""
+    questions = [q for q in results["questions"] if q["workload"] == "cache_assisted"]
+    own = [q for q in questions if any(ref["kind"] == "cache" and ref["same_group"] for ref in q["references"])]
+    others = [q for q in questions if q not in own]
+    if not own or not others:
+        return ""
+    return (
+        f" With the group's own earlier answer among the references LLMA ran {_sum_speedup(own, 'llma'):.2f}x "
+        f"({len(own)} questions), without it {_sum_speedup(others, 'llma'):.2f}x ({len(others)})."
+    )
+
+
+def _sum_speedup(questions: list[dict], method: str) -> float:
+    def seconds(q: dict, m: str) -> float:
+        return next(r["seconds"] for r in q["runs"] if r["method"] == m)
+
+    return sum(seconds(q, "greedy") for q in questions) / sum(seconds(q, method) for q in questions)
 
 
 def _question_speedup(question: dict, method: str) -> float:

@@ -93,7 +93,7 @@ def test_report_explains_a_missed_target_from_the_measurements():
     results = {
         "rows": [row("cache_assisted", "llma", 1.2, 1.8, 0.4), row("cache_assisted", "llma_paper", 1.0),
                  row("cache_assisted", "hf_prompt_lookup", 0.7), row("cache_assisted", "oracle", 3.6, 9.0, 0.9),
-                 row("novel", "llma", 1.0, worst=0.8)],
+                 row("novel", "llma", 1.0, worst=0.8), row("novel", "hf_greedy", 1.0, worst=0.9)],
         "questions": [{"workload": "novel", "question": "What is a VPN?", "runs": runs}],
         "cost_curve": {"sizes": [1, 2, 16], "seconds": [0.05, 0.08, 0.1]},
     }
@@ -102,5 +102,6 @@ def test_report_explains_a_missed_target_from_the_measurements():
     assert "3x needs about 4.5 tokens per pass" in text  # 1.8 / 1.2 = 1.5 steps per pass, times 3
     assert "2 tokens 1.60x, 16 tokens 2.00x" in text
     assert '"What is a VPN?" at 0.80x: 8 tokens in 7 passes, 1 copied' in text
+    assert "hf_greedy, which does greedy's work, had a worst of 0.90x" in text
     passing = {**results, "rows": [row("cache_assisted", m, 3.0, 9.0) for m in ("llma", "oracle")]}
     assert shortfall_section(passing, compute_targets(passing)) == ""
