@@ -280,8 +280,8 @@ def header_section(results: dict) -> str:
         f"- Questions: at most {s['limit']} per workload, each method's fastest of {s['repeats']} round(s); "
         f"cache k={s['k']}, threshold {s['threshold']}, {s['cache_entries']} stored answers.",
         f"- Machine: {m['platform']}, {m['cpu_count']} CPUs, {m['torch_threads']} torch threads, "
-        f"OMP_WAIT_POLICY={m.get('omp_wait_policy')}; load average {m['load_average_at_start'][0]:.1f} at start, "
-        f"{m['load_average_at_end'][0]:.1f} at end.",
+        f"OMP_WAIT_POLICY={m.get('omp_wait_policy') or 'unset (OpenMP default)'}; "
+        f"load average {m['load_average_at_start'][0]:.1f} at start, {m['load_average_at_end'][0]:.1f} at end.",
         f"- Took {results['wall_seconds']:.0f} s: {phases}.",
     ]
     return "\n".join(lines) + busy_machine_note(m)
