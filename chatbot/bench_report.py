@@ -327,12 +327,8 @@ def render_markdown(results: dict, plot_names: list[str]) -> str:
 
 
 def per_question_speedups(results: dict, workload: str, method: str) -> list[float]:
-    speedups = []
-    for q in results["questions"]:
-        runs = {r["method"]: r for r in q["runs"]}
-        if q["workload"] == workload and method in runs:
-            speedups.append(runs["greedy"]["seconds"] / runs[method]["seconds"])
-    return speedups
+    measured = [q for q in results["questions"] if q["workload"] == workload]
+    return [_question_speedup(q, method) for q in measured if any(r["method"] == method for r in q["runs"])]
 
 
 def plot_speedup_by_method(results: dict, path: Path) -> None:

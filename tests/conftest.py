@@ -1,6 +1,7 @@
 """Shared fixtures: a tiny random-weight LLaMA for fast property tests and the bundled model for a few real ones."""
 
 import os
+from pathlib import Path
 
 # The suite runs several model processes at once on 2 cores (app servers, the bench). OpenMP threads that
 # spin while a sibling is descheduled made forwards 3-6x slower then; sleeping waiters do not. The app and
@@ -42,3 +43,22 @@ def bundled():
     from decoding import load_model
 
     return load_model()
+
+
+# Debian's chromium, driven by Playwright, for the browser tests of the web app and of its reliability.
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--no-first-run",
+]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is missing: install Debian's chromium (make browser) to run the browser tests")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()

@@ -18,10 +18,6 @@ from tests.reliability.app_process import REPO, connect_read_only, entry_questio
 
 pytestmark = pytest.mark.slow
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--no-first-run",
-]
 REPLY_TIMEOUT_MS = 180_000
 MODEL_ID = "SmolLM2-135M-Instruct"
 PAYLOADS = [
@@ -106,18 +102,6 @@ def test_sql_in_a_question_is_stored_and_searched_as_text(server, chat_client, a
         info = admin_client.predict(wildcard, "date", True, api_name="/list_entries")[1]
         found = int(re.search(r"(\d+) entries", info).group(1))
         assert found == sum(wildcard in text for text in texts), (wildcard, info)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} is missing: install Debian's chromium to run the browser tests")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
 
 
 def open_page(browser, url: str, dialogs: list[str]):

@@ -3,7 +3,6 @@
 Screenshots go to test-artifacts/ (git-ignored).
 """
 
-from pathlib import Path
 
 import pytest
 from gradio_client import Client
@@ -13,10 +12,6 @@ from webui.chat_page import example_questions
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--no-first-run",
-]
 QUESTION = example_questions()[1]  # "I requested a password reset but the email never arrived. ..."
 REPLY_TIMEOUT_MS = 150_000
 EVIL_ANSWER = (
@@ -30,18 +25,6 @@ NOTHING_RAN = """() => ({
     handlers: document.querySelectorAll('[onerror], [onload], [onclick]').length,
     js_links: document.querySelectorAll('a[href^="javascript"]').length,
 })"""
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} is missing: install Debian's chromium (make browser) to run the browser tests")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
 
 
 def new_page(browser, url: str):
