@@ -28,7 +28,15 @@ from cache import AnswerCache, Embedder, NewAnswer
 from chatbot.bench_report import write_report
 from chatbot.prompt import DEFAULT_SYSTEM_PROMPT, Turn, build_prompt, context_key, prompt_hash
 from data import DATA_DIR, Question, group_questions, load_articles, load_questions
-from decoding import AdaptiveCopyPolicy, FixedCopyPolicy, default_policy, greedy_generate, llma_generate, load_model
+from decoding import (
+    AdaptiveCopyPolicy,
+    FixedCopyPolicy,
+    LlmaOptions,
+    greedy_generate,
+    llma_generate,
+    load_model,
+    measure_cost_curve,
+)
 
 WORKLOADS = ("cache_assisted", "rag", "repeat", "followup", "novel")
 METHODS = ("hf_greedy", "greedy", "hf_prompt_lookup", "llma_paper", "llma", "oracle")
@@ -183,7 +191,9 @@ class Decoder:
         return Decoded(result.tokens, copied_tokens=0)
 
     def llma(self, prompt_ids: list[int], references: list[list[int]], policy) -> Decoded:
-        result = llma_generate(self.model, prompt_ids, references, self.max_new_tokens, self.eos_token_id, policy)
+        result = llma_generate(
+            self.model, prompt_ids, references, policy, LlmaOptions(self.max_new_tokens, self.eos_token_id)
+        )
         return Decoded(result.tokens, result.copied_tokens)
 
     def measure(
@@ -513,7 +523,8 @@ def run_bench(
     model, tok = load_model()
     model_id = Path(model.config.name_or_path).name
     torch.manual_seed(0)
-    llma_policy = default_policy(model)  # measures the forward cost curve once, before any timing
+    # The forward cost curve is measured once, before any timing.
+    llma_policy = AdaptiveCopyPolicy(cost=measure_cost_curve(model))
     decoder = Decoder(model, tok.eos_token_id, max_new_tokens, llma_policy)
     clock.lap("load model, measure cost curve")
     articles = load_articles(articles_path)

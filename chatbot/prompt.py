@@ -105,11 +105,6 @@ def encode_messages(tokenizer, messages: list[dict]) -> list[int]:
     return list(encoded["input_ids"])
 
 
-def normalize_question(text: str) -> str:
-    """Case, spacing and trailing punctuation do not make a question different."""
-    return " ".join(text.casefold().split()).rstrip("?!. ")
-
-
 def context_key(history: list[Turn]) -> str:
     """Hash of the conversation a question was asked in; equal contexts give equal prompts."""
     payload = json.dumps([[t.role, t.content] for t in history], ensure_ascii=False)

@@ -13,14 +13,16 @@ from decoding import (
     OUTPUT_SOURCE,
     PROMPT_SOURCE,
     AdaptiveCopyPolicy,
+    CopyPolicy,
     CostCurve,
+    DecodeResult,
     FixedCopyPolicy,
+    LlmaOptions,
     greedy_generate,
     llma_stream,
     load_model,
     load_or_measure,
 )
-from decoding.generate import CopyPolicy, DecodeResult
 
 from .prompt import (
     DEFAULT_SYSTEM_PROMPT,
@@ -226,10 +228,8 @@ class ChatService:
     def _decode(self, turn: _Turn, policy: CopyPolicy, exact_hit: bool) -> Iterator[Reply]:
         references = [hit.answer_ids for hit in turn.hits]
         result = DecodeResult()
-        stream = llma_stream(
-            self.model, turn.prompt.ids, references, self.settings.max_new_tokens, self.eos_token_id,
-            policy=policy, result=result,
-        )
+        options = LlmaOptions(self.settings.max_new_tokens, self.eos_token_id)
+        stream = llma_stream(self.model, turn.prompt.ids, references, policy, options, result)
         plain_steps: list[float] = []  # one-token forwards timed in this very decode: greedy's step time
         last = time.perf_counter()
         while True:

@@ -1,19 +1,12 @@
 """LLMA decoding (Inference with Reference, Yang et al. 2023): lossless, reference-assisted greedy decoding."""
 
 from .cost_model import CostCurve, load_or_measure, measure_cost_curve
-from .generate import (
-    Chunk,
-    CopiedRun,
-    DecodeResult,
-    default_policy,
-    greedy_generate,
-    greedy_stream,
-    llma_generate,
-    llma_stream,
-)
+from .greedy import greedy_generate, greedy_stream
+from .llma import LlmaOptions, ModelVerifier, Verifier, llma_generate, llma_steps, llma_stream
 from .model_loading import ModelLoadError, load_model, prepare_bundled_model
-from .policy import AdaptiveCopyPolicy, FixedCopyPolicy, best_copy_len
+from .policy import AdaptiveCopyPolicy, CopyPolicy, Drafter, FixedCopyPolicy, best_copy_len
 from .reference_index import OUTPUT_SOURCE, PROMPT_SOURCE, Match, ReferenceIndex
+from .result import Chunk, CopiedRun, DecodeResult
 
 __all__ = [
     "OUTPUT_SOURCE",
@@ -21,17 +14,22 @@ __all__ = [
     "AdaptiveCopyPolicy",
     "Chunk",
     "CopiedRun",
+    "CopyPolicy",
     "CostCurve",
     "DecodeResult",
+    "Drafter",
     "FixedCopyPolicy",
+    "LlmaOptions",
     "Match",
     "ModelLoadError",
+    "ModelVerifier",
     "ReferenceIndex",
+    "Verifier",
     "best_copy_len",
-    "default_policy",
     "greedy_generate",
     "greedy_stream",
     "llma_generate",
+    "llma_steps",
     "llma_stream",
     "load_model",
     "load_or_measure",

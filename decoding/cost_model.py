@@ -13,6 +13,8 @@ from pathlib import Path
 
 import torch
 
+from .forward import forward_tokens, new_kv_cache, truncate_kv_cache
+
 DEFAULT_SIZES = (1, 2, 4, 8, 16, 32, 64)
 
 
@@ -53,8 +55,6 @@ def measure_cost_curve(
     model: torch.nn.Module, sizes: tuple[int, ...] = DEFAULT_SIZES, context_len: int = 256, repeats: int = 5
 ) -> CostCurve:
     """Time forwards of each size on top of a `context_len` KV cache, as a decode step would run."""
-    from .generate import forward_tokens, new_kv_cache, truncate_kv_cache
-
     vocab = model.config.vocab_size
     context = torch.randint(0, vocab, (1, context_len))
     cache = new_kv_cache(model)

@@ -4,9 +4,24 @@ A policy is a frozen description shared by all calls; `start()` returns the per-
 """
 
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from .cost_model import CostCurve
 from .reference_index import Match
+
+
+class Drafter(Protocol):
+    """One call's copy decisions: how many tokens to draft after a match, learning from what was accepted."""
+
+    def copy_len(self, match: Match, continuing: bool, available: int) -> int: ...
+
+    def record(self, match: Match, continuing: bool, drafted: int, accepted: int) -> None: ...
+
+
+class CopyPolicy(Protocol):
+    """A frozen description of a copy rule, shared by all calls; `start()` gives one call its drafter."""
+
+    def start(self) -> Drafter: ...
 
 
 @dataclass(frozen=True)

@@ -60,9 +60,6 @@ class ReferenceIndex:
                     positions.append((source, end + 1))
         ref.registered = max(ref.registered, len(ref.tokens) - 1)
 
-    def tokens(self, source: int) -> list[int]:
-        return self._sources[source].tokens
-
     def find(self, query: Sequence[int], prefer: tuple[int, int] | None = None) -> Match | None:
         """Longest suffix of `query` that occurs in a reference with at least one token after it.
 

@@ -6,10 +6,12 @@ differs, and the time is modelled with a measured cost curve.
 """
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .cost_model import CostCurve
-from .generate import CopyPolicy, DecodeResult, llma_steps
+from .llma import DEFAULT_OPTIONS, LlmaOptions, llma_steps
+from .policy import CopyPolicy
+from .result import DecodeResult
 
 UNKNOWN = -1  # the model's choice after a rejected draft token: never looked at
 
@@ -53,25 +55,28 @@ class Simulation:
         return self.modeled_greedy_seconds / self.modeled_seconds if self.modeled_seconds else 1.0
 
 
+class ReplayDiverged(RuntimeError):
+    """The replayed loop produced other tokens than the greedy reply it replays: the loop is broken."""
+
+
 def simulate_llma(
     prompt_ids: Sequence[int],
     references: Sequence[Sequence[int]],
     greedy_tokens: Sequence[int],
     policy: CopyPolicy,
     cost: CostCurve,
-    eos_token_id: int | None = None,
-    **options,
+    options: LlmaOptions = DEFAULT_OPTIONS,
 ) -> Simulation:
     """What LLMA with `policy` would do on this prompt, given the model's greedy reply."""
     if not greedy_tokens:
         raise ValueError("the greedy reply must hold at least one token")
     verifier = ReplayVerifier(greedy_tokens)
     result = DecodeResult()
-    for _ in llma_steps(verifier, prompt_ids, references, len(greedy_tokens), eos_token_id, policy,
-                        result=result, **options):
+    options = replace(options, max_new_tokens=len(greedy_tokens))
+    for _ in llma_steps(verifier, prompt_ids, references, policy, options, result):
         pass
     if result.tokens != list(greedy_tokens):
-        raise AssertionError("replay diverged from the greedy reply: the LLMA loop is broken")
+        raise ReplayDiverged(f"replay gave {len(result.tokens)} tokens that differ from the greedy reply")
     modeled = sum(cost.cost(n) for n in verifier.forward_sizes)
     greedy = (len(greedy_tokens) - 1) * cost.cost(1)
     return Simulation(result, verifier.forward_sizes, modeled, greedy)

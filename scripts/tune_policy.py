@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from decoding import AdaptiveCopyPolicy, CostCurve, FixedCopyPolicy  # noqa: E402
+from decoding import AdaptiveCopyPolicy, CostCurve, FixedCopyPolicy, LlmaOptions  # noqa: E402
 from decoding.simulate import simulate_llma  # noqa: E402
 
 # Measured for SmolLM2-135M on this 2-core machine (fp32, 2 threads, OpenMP default wait policy, quiet),
@@ -66,7 +66,7 @@ def modeled_speedup(records: list[dict], kind: str, policy) -> tuple[float, floa
     greedy_s = llma_s = 0.0
     worst = float("inf")
     for r in (r for r in records if r["kind"] == kind):
-        sim = simulate_llma(r["prompt"], r["refs"], r["greedy"], policy, CURVE, eos_token_id=2)
+        sim = simulate_llma(r["prompt"], r["refs"], r["greedy"], policy, CURVE, LlmaOptions(eos_token_id=2))
         greedy_s, llma_s = greedy_s + sim.modeled_greedy_seconds, llma_s + sim.modeled_seconds
         worst = min(worst, sim.speedup)
     return greedy_s / max(llma_s, 1e-9), worst

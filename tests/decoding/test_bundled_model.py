@@ -5,7 +5,16 @@ import json
 import pytest
 import torch
 
-from decoding import ModelLoadError, greedy_generate, llma_generate, load_model
+from decoding import (
+    AdaptiveCopyPolicy,
+    FixedCopyPolicy,
+    LlmaOptions,
+    ModelLoadError,
+    greedy_generate,
+    llma_generate,
+    load_model,
+    measure_cost_curve,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -41,11 +50,12 @@ def test_llma_equals_greedy_with_helpful_and_useless_references(bundled):
     answers = {q: greedy_generate(model, chat_ids(tokenizer, q), 40, eos_token_id=eos).tokens for q in QUESTIONS}
     useless = tokenizer("Our office is closed on public holidays. " * 8)["input_ids"]
     copied_somewhere = 0
+    policy = AdaptiveCopyPolicy(cost=measure_cost_curve(model, sizes=(1, 4, 16), repeats=1))
     for i, question in enumerate(QUESTIONS):
         ids = chat_ids(tokenizer, question)
         neighbour = answers[QUESTIONS[(i + 1) % len(QUESTIONS)]]
         for references in ([answers[question], useless], [neighbour, useless]):
-            out = llma_generate(model, ids, references, 40, eos_token_id=eos)
+            out = llma_generate(model, ids, references, policy, LlmaOptions(40, eos))
             assert out.tokens == answers[question], question
             copied_somewhere += out.copied_tokens
     assert copied_somewhere > 0
@@ -84,4 +94,5 @@ def test_loads_another_local_llama_folder(tmp_path, bundled):
     tokenizer.save_pretrained(tmp_path)
     model, loaded_tokenizer = load_model(tmp_path)
     ids = chat_ids(loaded_tokenizer, "hello")
-    assert greedy_generate(model, ids, 8).tokens == llma_generate(model, ids, [[1, 2, 3]], 8).tokens
+    llma = llma_generate(model, ids, [[1, 2, 3]], FixedCopyPolicy(), LlmaOptions(8))
+    assert greedy_generate(model, ids, 8).tokens == llma.tokens

@@ -12,6 +12,7 @@ from decoding import (
     AdaptiveCopyPolicy,
     CostCurve,
     FixedCopyPolicy,
+    LlmaOptions,
     greedy_generate,
     llma_generate,
     llma_stream,
@@ -56,7 +57,7 @@ def test_llma_equals_greedy_for_any_references(tiny_model, prompt, junk, budget,
     greedy = greedy_generate(tiny_model, prompt, budget).tokens
     kinds = reference_kinds(greedy, prompt, random.Random(seed), junk)
     references = [kinds[i] for i in picks]
-    out = llma_generate(tiny_model, prompt, references, budget, policy=policy)
+    out = llma_generate(tiny_model, prompt, references, policy, LlmaOptions(budget))
     assert out.tokens == greedy
 
 
@@ -68,7 +69,7 @@ def test_stops_at_eos_like_greedy_even_when_references_run_past_it(tiny_model, p
     greedy = greedy_generate(tiny_model, prompt, budget, eos_token_id=eos).tokens
     assert greedy[-1] == eos or len(greedy) == budget
     assert eos not in greedy[:-1]
-    out = llma_generate(tiny_model, prompt, [free_run, free_run + [eos] * 5], budget, eos_token_id=eos, policy=policy)
+    out = llma_generate(tiny_model, prompt, [free_run, free_run + [eos] * 5], policy, LlmaOptions(budget, eos))
     assert out.tokens == greedy
 
 
@@ -77,7 +78,7 @@ def test_stops_at_eos_like_greedy_even_when_references_run_past_it(tiny_model, p
 def test_stats_are_consistent(tiny_model, prompt, budget, policy):
     greedy = greedy_generate(tiny_model, prompt, budget).tokens
     references = [greedy, prompt]
-    out = llma_generate(tiny_model, prompt, references, budget, policy=policy)
+    out = llma_generate(tiny_model, prompt, references, policy, LlmaOptions(budget))
     assert len(out.tokens) <= budget
     assert out.copied_tokens == sum(run.length for run in out.copied_runs) <= out.drafted_tokens
     assert out.forward_passes + out.copied_tokens == len(out.tokens)  # each pass adds one token of its own
@@ -90,7 +91,7 @@ def test_stats_are_consistent(tiny_model, prompt, budget, policy):
 def test_oracle_reference_needs_few_forward_passes(tiny_model):
     prompt = list(range(10))
     greedy = greedy_generate(tiny_model, prompt, 60)
-    out = llma_generate(tiny_model, prompt, [greedy.tokens], 60, policy=FixedCopyPolicy(1, 15))
+    out = llma_generate(tiny_model, prompt, [greedy.tokens], FixedCopyPolicy(1, 15), LlmaOptions(60))
     assert out.tokens == greedy.tokens
     assert out.forward_passes <= 6 < greedy.forward_passes
 
@@ -98,7 +99,7 @@ def test_oracle_reference_needs_few_forward_passes(tiny_model):
 def test_streamed_chunks_add_up_to_the_reply(tiny_model):
     prompt = [3, 1, 4, 1, 5, 9, 2, 6]
     greedy = greedy_generate(tiny_model, prompt, 40).tokens
-    chunks = list(llma_stream(tiny_model, prompt, [greedy], 40, policy=FixedCopyPolicy(1, 8)))
+    chunks = list(llma_stream(tiny_model, prompt, [greedy], FixedCopyPolicy(1, 8), LlmaOptions(40)))
     assert [t for c in chunks for t in c.tokens] == greedy
     assert any(len(c.tokens) > 1 for c in chunks)  # copied runs land many tokens at once
     assert chunks[-1].result.tokens == greedy
@@ -107,17 +108,17 @@ def test_streamed_chunks_add_up_to_the_reply(tiny_model):
 def test_stopping_a_stream_early_keeps_a_consistent_prefix(tiny_model):
     prompt = [7, 7, 1, 2]
     greedy = greedy_generate(tiny_model, prompt, 40).tokens
-    stream = llma_stream(tiny_model, prompt, [greedy], 40)
+    stream = llma_stream(tiny_model, prompt, [greedy], POLICIES[0], LlmaOptions(40))
     first = next(stream)
     stream.close()  # what the stop button does
     assert first.result.tokens == greedy[: len(first.result.tokens)]
 
 
 def test_zero_budget_and_bad_input(tiny_model):
-    assert llma_generate(tiny_model, [1, 2], [[1, 2, 3]], 0).tokens == []
+    assert llma_generate(tiny_model, [1, 2], [[1, 2, 3]], POLICIES[0], LlmaOptions(0)).tokens == []
     assert greedy_generate(tiny_model, [1, 2], 0).forward_passes == 0
     with pytest.raises(ValueError):
-        llma_generate(tiny_model, [], [], 5)
+        llma_generate(tiny_model, [], [], POLICIES[0], LlmaOptions(5))
     with pytest.raises(ValueError):
         greedy_generate(tiny_model, [1], -1)
 
@@ -129,7 +130,7 @@ def test_replay_simulation_makes_the_same_decisions_as_the_model(tiny_model, pro
 
     greedy = greedy_generate(tiny_model, prompt, budget).tokens
     references = [greedy[1:], junk, greedy[: len(greedy) // 2] + junk]
-    real = llma_generate(tiny_model, prompt, references, budget, policy=policy)
+    real = llma_generate(tiny_model, prompt, references, policy, LlmaOptions(budget))
     sim = simulate_llma(prompt, references, greedy, policy, CURVE)
     assert (sim.result.forward_passes, sim.result.copied_tokens) == (real.forward_passes, real.copied_tokens)
     assert sim.result.copied_runs == real.copied_runs
