@@ -8,7 +8,7 @@ import uvicorn
 from pydantic import SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from chatbot import ChatService, ChatSettings
+from chatbot import AdminService, ChatService, ChatSettings
 from decoding import ModelLoadError
 from webui import AdminLogin, build_app
 
@@ -53,7 +53,9 @@ def main() -> None:
     login = AdminLogin.from_settings(settings.admin_user, _secret(settings.admin_password))
     print(login.announcement("CHATBOT_ADMIN_PASSWORD"), flush=True)
     print(f"Chat: http://{settings.host}:{settings.port}/   Admin: http://{settings.host}:{settings.port}/admin")
-    uvicorn.run(build_app(service, login), host=settings.host, port=settings.port, timeout_graceful_shutdown=5)
+    admin = AdminService(service.cache, service)
+    app = build_app(service, admin, login)
+    uvicorn.run(app, host=settings.host, port=settings.port, timeout_graceful_shutdown=5)
 
 
 def _secret(value: SecretStr | None) -> str | None:

@@ -1,6 +1,27 @@
-"""The chat service: one chat turn on top of the decoding engine and the answer cache."""
+"""The chat service: one chat turn on top of the decoding engine and the answer cache, and the admin's tools.
 
+The records the services return are re-exported here, so that the web UI needs no import from `cache`.
+"""
+
+from cache import ArticleRecord, CachedAnswer, DashboardStats, EntryPage, QuestionCount, ReplyRecord
+
+from .admin import AdminService
 from .prompt import InputError
-from .service import ChatService, ChatSettings, Reply, Span, Verification
+from .service import ChatService, ChatSettings, Reply, ReplyReferences, Span, Verification
 
-__all__ = ["ChatService", "ChatSettings", "InputError", "Reply", "Span", "Verification"]
+__all__ = [
+    "AdminService",
+    "ArticleRecord",
+    "CachedAnswer",
+    "ChatService",
+    "ChatSettings",
+    "DashboardStats",
+    "EntryPage",
+    "InputError",
+    "QuestionCount",
+    "Reply",
+    "ReplyRecord",
+    "ReplyReferences",
+    "Span",
+    "Verification",
+]

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from cache import AnswerCache, Embedder, NewAnswer, NewReply
-from cache.records import Hit
+from cache.records import ArticleRecord, CachedAnswer, Hit
 from decoding import (
     OUTPUT_SOURCE,
     PROMPT_SOURCE,
@@ -79,6 +79,14 @@ class Reply:
     id: int | None = None  # the stored reply's id, once done
     spans: list[Span] = field(default_factory=list)
     notice: str = ""  # something the user should know, e.g. that old turns were left out
+
+
+@dataclass(frozen=True)
+class ReplyReferences:
+    """What a reply drew on, as stored now: its reference entries by id (None once deleted) and its article."""
+
+    entries: dict[int, CachedAnswer | None]
+    article: ArticleRecord | None
 
 
 @dataclass(frozen=True)
@@ -330,6 +338,13 @@ class ChatService:
     @staticmethod
     def _hit_for_source(turn: _Turn, source: int) -> int | None:
         return turn.hits[source].id if 0 <= source < len(turn.hits) else None
+
+    def references(self, reply: Reply) -> ReplyReferences:
+        """The cached answers and the help article a reply was decoded with, for showing beside it."""
+        entries = {ref["id"]: self.cache.get_entry(ref["id"]) for ref in reply.stats.get("references", [])}
+        article_stats = reply.stats.get("article")
+        article = self.cache.get_article(article_stats["id"]) if article_stats else None
+        return ReplyReferences(entries, article)
 
     # --- staff tools -----------------------------------------------------------------------------
 

@@ -2,17 +2,18 @@
 
 import gradio as gr
 
-from cache import AnswerCache
+from chatbot import AdminService, InputError
 
 from .auth import PRIVATE, AdminLogin
 from .format import escape_markup
+from .widgets import confirmed_delete, hidden_button, utc_time
 
 ARTICLE_COLUMNS = ["id", "title", "updated (UTC)"]
 
 
 class ArticleEditor:
-    def __init__(self, cache: AnswerCache, login: AdminLogin) -> None:
-        self.cache, self.login = cache, login
+    def __init__(self, admin: AdminService, login: AdminLogin) -> None:
+        self.admin, self.login = admin, login
 
     def build(self) -> gr.Dataframe:
         """Lay out and wire the tab; returns the table so the page can fill it on load."""
@@ -25,8 +26,7 @@ class ArticleEditor:
         with gr.Row():
             new = gr.Button("New article")
             save = gr.Button("Save article", variant="primary")
-            delete = gr.Button("Delete article", variant="stop")
-            confirm = gr.Button("Really delete?", variant="stop", visible=False)
+            confirm = confirmed_delete("Delete article")
         fields = [article_id, title, body]
         refresh = gr.Button("Refresh list", size="sm")
         refresh.click(self.list_articles, None, [table], api_name="list_articles")
@@ -35,7 +35,6 @@ class ArticleEditor:
         save.click(self.save_article, fields, [status], api_name="save_article").then(
             self.list_articles, None, [table], **PRIVATE
         )
-        delete.click(_reveal, None, [confirm], **PRIVATE)
         confirm.click(self.delete_article, [article_id], [status, confirm], api_name="delete_article").then(
             self.list_articles, None, [table], **PRIVATE
         )
@@ -43,11 +42,11 @@ class ArticleEditor:
 
     def list_articles(self, request: gr.Request) -> list[list]:
         self.login.require(request)
-        return [[a.id, a.title, a.updated_at.strftime("%Y-%m-%d %H:%M")] for a in self.cache.list_articles()]
+        return [[a.id, a.title, utc_time(a.updated_at)] for a in self.admin.list_articles()]
 
     def open_article(self, evt: gr.SelectData, request: gr.Request):
         self.login.require(request)
-        article = self.cache.get_article(str(evt.row_value[0]))
+        article = self.admin.get_article(str(evt.row_value[0]))
         if article is None:
             return "", "", "", "That article was deleted meanwhile."
         return article.id, article.title, article.body, f"Editing article **{escape_markup(article.id)}**."
@@ -55,22 +54,18 @@ class ArticleEditor:
     def save_article(self, article_id: str, title: str, body: str, request: gr.Request) -> str:
         """Create or replace the article; it is re-embedded, so matching questions find it at once."""
         self.login.require(request)
-        article_id = article_id.strip()
-        if not article_id or not title.strip() or not body.strip():
-            return "An article needs an id, a title and a body."
-        self.cache.upsert_article(article_id, title.strip(), body.strip())
-        return f"Saved article **{escape_markup(article_id)}**."
+        try:
+            article = self.admin.save_article(article_id, title, body)
+        except InputError as err:
+            return str(err)
+        return f"Saved article **{escape_markup(article.id)}**."
 
     def delete_article(self, article_id: str, request: gr.Request):
         self.login.require(request)
-        deleted = self.cache.delete_article(article_id.strip())
+        deleted = self.admin.delete_article(article_id)
         status = f"Deleted article **{escape_markup(article_id)}**." if deleted else "No such article."
-        return status, gr.Button(visible=False)
+        return status, hidden_button()
 
 
 def _blank():
     return "", "", "", "New article: fill in id, title and body, then save."
-
-
-def _reveal() -> gr.Button:
-    return gr.Button(visible=True)

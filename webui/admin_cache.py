@@ -4,21 +4,19 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from cache.records import CachedAnswer, ReplyRecord
-from chatbot import ChatService
+from chatbot import AdminService, CachedAnswer, InputError
 
 from .auth import PRIVATE, AdminLogin
+from .widgets import REPLY_COLUMNS, confirmed_delete, hidden_button, reply_row, row_picker, shorten, utc_time
 
 PAGE_SIZE = 20
 SORTS = ["date", "hits", "speedup", "uses"]
 ENTRY_COLUMNS = ["id", "question", "answer", "hits", "uses", "speedup", "created (UTC)"]
 ENTRY_WIDTHS = ["5%", "30%", "40%", "5%", "5%", "7%", "8%"]
-REPLY_COLUMNS = ["reply id", "time (UTC)", "question", "exact hit", "speedup", "feedback", "verified"]
 NOTICE = (
     "**Editing a cached answer can change only speed, never what the bot answers** (replies are always "
     "verified against the model's own greedy choices)."
 )
-CELL_CHARS = 120
 
 
 @dataclass
@@ -32,8 +30,8 @@ class EntryView:
 
 
 class CacheBrowser:
-    def __init__(self, service: ChatService, login: AdminLogin) -> None:
-        self.service, self.cache, self.login = service, service.cache, login
+    def __init__(self, admin: AdminService, login: AdminLogin) -> None:
+        self.admin, self.login = admin, login
 
     def build(self) -> gr.Dataframe:
         """Lay out and wire the tab; returns the table so the page can fill it on load."""
@@ -69,16 +67,16 @@ class CacheBrowser:
         )
         shown = [view.question, view.answer, view.stats, view.replies, view.status]
         open_button.click(self.open_entry, [entry_id], shown, api_name="open_entry")
-        table.select(self.pick_row, None, [entry_id], **PRIVATE).then(self.open_entry, [entry_id], shown, **PRIVATE)
+        table.select(row_picker(self.login), None, [entry_id], **PRIVATE).then(
+            self.open_entry, [entry_id], shown, **PRIVATE
+        )
         self._edit_buttons(view)
 
     def _edit_buttons(self, view: EntryView) -> None:
         with gr.Row():
             save = gr.Button("Save changes", variant="primary")
-            delete = gr.Button("Delete entry", variant="stop")
-            confirm = gr.Button("Really delete?", variant="stop", visible=False)
+            confirm = confirmed_delete("Delete entry")
         save.click(self.save_entry, [view.entry_id, view.question, view.answer], [view.status], api_name="edit_entry")
-        delete.click(_reveal, None, [confirm], **PRIVATE)
         confirm.click(self.delete_entry, [view.entry_id], [view.status, confirm], api_name="delete_entry").then(
             self.list_page, [*self.query, self.page, gr.State(0)], self.table_outputs, **PRIVATE
         )
@@ -88,80 +86,45 @@ class CacheBrowser:
     def list_page(self, search: str, sort: str, descending: bool, page: int, step: int, request: gr.Request):
         """One page of entries; `step` moves a page back (-1) or forward (1), 0 stays (or starts over)."""
         self.login.require(request)
-        total = self.cache.list_entries(search, sort, descending, limit=1).total
+        total = self.admin.list_entries(search, sort, descending, limit=1).total
         last = max(0, (total - 1) // PAGE_SIZE)
         page = min(max(0, page + step), last)
-        entries = self.cache.list_entries(search, sort, descending, limit=PAGE_SIZE, offset=page * PAGE_SIZE)
+        entries = self.admin.list_entries(search, sort, descending, limit=PAGE_SIZE, offset=page * PAGE_SIZE)
         info = f"Page {page + 1} of {last + 1} · {total} entries"
         return [_entry_row(e) for e in entries.entries], info, page
-
-    def pick_row(self, evt: gr.SelectData, request: gr.Request) -> int:
-        """Clicking a row opens its entry (the first column is the id)."""
-        self.login.require(request)
-        return int(evt.row_value[0])
 
     def open_entry(self, entry_id: float | None, request: gr.Request):
         """The entry's question, answer and stats, and the replies served from it."""
         self.login.require(request)
-        entry = self.cache.get_entry(int(entry_id)) if entry_id else None
+        entry = self.admin.get_entry(int(entry_id)) if entry_id else None
         if entry is None:
             return "", "", None, [], f"No entry with id {entry_id}."
-        replies = [_reply_row(r) for r in self.cache.replies_for_entry(entry.id)]
+        replies = [reply_row(r) for r in self.admin.replies_for_entry(entry.id)]
         status = f"Entry #{entry.id}: {entry.hits} exact hits, used {entry.uses} times as a reference."
         return entry.question, entry.answer, entry.stats, replies, status
 
     def save_entry(self, entry_id: float | None, question: str, answer: str, request: gr.Request) -> str:
         self.login.require(request)
-        entry = self.cache.get_entry(int(entry_id)) if entry_id else None
-        if entry is None:
+        if not entry_id:
             return f"No entry with id {entry_id}."
-        if not question.strip() or not answer.strip():
-            return "Question and answer must not be empty."
-        changes = {}
-        if question != entry.question:
-            changes["question"] = question
-        if answer != entry.answer:
-            changes.update(answer=answer, answer_ids=self._answer_ids(answer))
-        if not changes:
-            return "Nothing changed."
-        self.cache.update_entry(entry.id, **changes)
-        return f"Saved entry #{entry.id}."
+        try:
+            changed = self.admin.edit_entry(int(entry_id), question, answer)
+        except KeyError:
+            return f"No entry with id {entry_id}."
+        except InputError as err:
+            return str(err)
+        return f"Saved entry #{int(entry_id)}." if changed else "Nothing changed."
 
     def delete_entry(self, entry_id: float | None, request: gr.Request):
         self.login.require(request)
-        deleted = bool(entry_id) and self.cache.delete_entry(int(entry_id))
+        deleted = bool(entry_id) and self.admin.delete_entry(int(entry_id))
         status = f"Deleted entry #{int(entry_id)}." if deleted else f"No entry with id {entry_id}."
-        return status, gr.Button(visible=False)
-
-    def _answer_ids(self, answer: str) -> list[int]:
-        """Token ids of an edited answer as decoding copies them: the text, then end of sequence."""
-        tokenizer = self.service.tokenizer
-        return [*tokenizer(answer, add_special_tokens=False)["input_ids"], tokenizer.eos_token_id]
+        return status, hidden_button()
 
 
 def _entry_row(entry: CachedAnswer) -> list:
     speedup = entry.stats.get("speedup")
     return [
-        entry.id, _cell(entry.question), _cell(entry.answer), entry.hits, entry.uses,
-        speedup if isinstance(speedup, int | float) else None, entry.created_at.strftime("%Y-%m-%d %H:%M"),
+        entry.id, shorten(entry.question), shorten(entry.answer), entry.hits, entry.uses,
+        speedup if isinstance(speedup, int | float) else None, utc_time(entry.created_at),
     ]
-
-
-def _reply_row(reply: ReplyRecord) -> list:
-    feedback = {1: "up", -1: "down"}.get(reply.feedback, "")
-    if reply.feedback_reason:
-        feedback += f" {reply.feedback_reason}"
-    verified = {True: "identical", False: "DIFFERS", None: ""}[reply.verified]
-    return [
-        reply.id, reply.created_at.strftime("%Y-%m-%d %H:%M:%S"), _cell(reply.question), reply.exact_hit,
-        reply.stats.get("speedup"), feedback, verified,
-    ]
-
-
-def _cell(text: str) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= CELL_CHARS else text[: CELL_CHARS - 1] + "…"
-
-
-def _reveal() -> gr.Button:
-    return gr.Button(visible=True)

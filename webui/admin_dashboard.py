@@ -2,15 +2,15 @@
 
 import gradio as gr
 
-from cache import AnswerCache, DashboardStats
+from chatbot import AdminService, DashboardStats
 
 from . import plots
 from .auth import AdminLogin
 
 
 class Dashboard:
-    def __init__(self, cache: AnswerCache, login: AdminLogin) -> None:
-        self.cache, self.login = cache, login
+    def __init__(self, admin: AdminService, login: AdminLogin) -> None:
+        self.admin, self.login = admin, login
 
     def build(self) -> list:
         """Lay out and wire the tab; returns its outputs so the page can refresh them on tab select."""
@@ -28,7 +28,7 @@ class Dashboard:
 
     def refresh(self, request: gr.Request):
         self.login.require(request)
-        stats, series = self.cache.dashboard_stats(), self.cache.reply_series()
+        stats, series = self.admin.dashboard_stats(), self.admin.reply_series()
         return (
             summary_markdown(stats),
             plots.speedup_histogram(series),

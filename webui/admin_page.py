@@ -5,7 +5,7 @@ Gradio's login guards every route of this app; each handler also checks the logi
 
 import gradio as gr
 
-from chatbot import ChatService
+from chatbot import AdminService
 
 from .admin_articles import ArticleEditor
 from .admin_cache import CacheBrowser
@@ -17,25 +17,25 @@ PATH = "/admin"
 DELETE_FILES_AFTER = (3600, 3600)  # exports and uploads leave Gradio's cache folder after an hour
 
 
-def build_admin(service: ChatService, login: AdminLogin) -> gr.Blocks:
+def build_admin(admin: AdminService, login: AdminLogin) -> gr.Blocks:
     with gr.Blocks(title="Helpdesk admin", delete_cache=DELETE_FILES_AFTER) as blocks:
         with gr.Row():
             gr.Markdown("## Helpdesk admin")
             gr.Button("Log out", link=f"{PATH}/logout", size="sm", scale=0)
         with gr.Tab("Cache", id="cache"):
-            cache = CacheBrowser(service, login)
+            cache = CacheBrowser(admin, login)
             cache.build()
         with gr.Tab("Knowledge base", id="articles"):
-            articles = ArticleEditor(service.cache, login)
+            articles = ArticleEditor(admin, login)
             article_table = articles.build()
         with gr.Tab("Dashboard", id="dashboard") as dashboard_tab:
-            dashboard = Dashboard(service.cache, login)
+            dashboard = Dashboard(admin, login)
             dashboard_outputs = dashboard.build()
         with gr.Tab("Verify", id="verify") as verify_tab:
-            verifier = ReplyVerifier(service, login)
+            verifier = ReplyVerifier(admin, login)
             reply_table = verifier.build()
         with gr.Tab("Import / export", id="transfer"):
-            Transfer(service, login).build()
+            Transfer(admin, login).build()
         blocks.load(cache.list_page, [*cache.query, cache.page, gr.State(0)], cache.table_outputs, **PRIVATE)
         blocks.load(articles.list_articles, None, [article_table], **PRIVATE)
         dashboard_tab.select(dashboard.refresh, None, dashboard_outputs, **PRIVATE)

@@ -6,17 +6,16 @@ from pathlib import Path
 
 import gradio as gr
 
-from chatbot import ChatService
+from chatbot import AdminService
 
 from .auth import PRIVATE, AdminLogin
 from .format import escape_markup
-
-REPLY_COLUMNS = ["reply id", "time (UTC)", "question", "exact hit", "speedup", "verified", "measured speedup"]
+from .widgets import REPLY_COLUMNS, reply_row, row_picker
 
 
 class ReplyVerifier:
-    def __init__(self, service: ChatService, login: AdminLogin) -> None:
-        self.service, self.login = service, login
+    def __init__(self, admin: AdminService, login: AdminLogin) -> None:
+        self.admin, self.login = admin, login
 
     def build(self) -> gr.Dataframe:
         """Lay out and wire the tab; returns the table so the page can refresh it on tab select."""
@@ -31,7 +30,7 @@ class ReplyVerifier:
             verify = gr.Button("Verify", variant="primary", elem_id="verify")
         result = gr.Markdown(elem_id="verify-result")
         refresh.click(self.recent, None, [table], **PRIVATE)
-        table.select(self.pick_row, None, [reply_id], **PRIVATE)
+        table.select(row_picker(self.login), None, [reply_id], **PRIVATE)
         verify.click(self.verify, [reply_id], [result], api_name="verify", concurrency_limit=1).then(
             self.recent, None, [table], **PRIVATE
         )
@@ -39,25 +38,14 @@ class ReplyVerifier:
 
     def recent(self, request: gr.Request) -> list[list]:
         self.login.require(request)
-        return [
-            [
-                r.id, r.created_at.strftime("%Y-%m-%d %H:%M:%S"), r.question[:100], r.exact_hit,
-                r.stats.get("speedup"), {True: "identical", False: "DIFFERS", None: ""}[r.verified],
-                round(r.measured_speedup, 2) if r.measured_speedup is not None else None,
-            ]
-            for r in self.service.cache.recent_replies(limit=50)
-        ]
-
-    def pick_row(self, evt: gr.SelectData, request: gr.Request) -> int:
-        self.login.require(request)
-        return int(evt.row_value[0])
+        return [reply_row(r) for r in self.admin.recent_replies(limit=50)]
 
     def verify(self, reply_id: float | None, request: gr.Request) -> str:
         self.login.require(request)
         if not reply_id:
             return "Enter a reply id (pick one from the table)."
         try:
-            check = self.service.verify(int(reply_id))
+            check = self.admin.verify(int(reply_id))
         except (KeyError, ValueError) as err:
             return f"Cannot verify reply {int(reply_id)}: {escape_markup(str(err))}"
         verdict = "identical to" if check.identical else "DIFFERS from"
@@ -69,8 +57,8 @@ class ReplyVerifier:
 
 
 class Transfer:
-    def __init__(self, service: ChatService, login: AdminLogin) -> None:
-        self.cache, self.login = service.cache, login
+    def __init__(self, admin: AdminService, login: AdminLogin) -> None:
+        self.admin, self.login = admin, login
         self.export_dir = Path(tempfile.mkdtemp(prefix="chatbot-export-"))
 
     def build(self) -> None:
@@ -92,7 +80,7 @@ class Transfer:
     def export(self, request: gr.Request) -> str:
         self.login.require(request)
         path = self.export_dir / f"helpdesk-{datetime.now(UTC):%Y%m%d-%H%M%S}.jsonl"
-        self.cache.export_jsonl(path)
+        self.admin.export_jsonl(path)
         return str(path)
 
     def import_file(self, path: str | None, request: gr.Request) -> str:
@@ -100,7 +88,7 @@ class Transfer:
         if not path:
             return "Choose a .jsonl file first."
         try:
-            count = self.cache.import_jsonl(path)
+            count = self.admin.import_jsonl(path)
         except (ValueError, UnicodeDecodeError) as err:
             return f"Nothing imported: {escape_markup(str(err))}"
         return f"Imported {count} records."

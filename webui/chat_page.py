@@ -171,11 +171,8 @@ class ChatPage:
         return chosen["details"] if chosen else gr.HTML()
 
     def _details(self, reply: Reply) -> str:
-        cache = self.service.cache
-        entries = {ref["id"]: cache.get_entry(ref["id"]) for ref in reply.stats.get("references", [])}
-        article_stats = reply.stats.get("article")
-        article = cache.get_article(article_stats["id"]) if article_stats else None
-        references = fmt.references_html(reply.stats, entries, article)
+        found = self.service.references(reply)
+        references = fmt.references_html(reply.stats, found.entries, found.article)
         return fmt.details_html(reply.text, reply.spans, reply.stats, references)
 
     # --- feedback ----------------------------------------------------------------------------------

@@ -7,8 +7,9 @@ import html
 import re
 from collections.abc import Sequence
 
-from cache.records import ArticleRecord, CachedAnswer
-from chatbot import Span
+from chatbot import ArticleRecord, CachedAnswer, Span
+
+from .widgets import shorten
 
 SOURCE_CLASSES = {"cache": "copied-cache", "prompt": "copied-prompt", "reply": "copied-reply"}
 SOURCE_TITLES = {
@@ -109,8 +110,8 @@ def _reference_item(ref: dict, entry: CachedAnswer | None) -> str:
     if entry is None:
         return f"<li>{head}: (since deleted)</li>"
     return (
-        f"<li>{head}<br><i>Q:</i> {html.escape(_snippet(entry.question))}"
-        f"<br><i>A:</i> {html.escape(_snippet(entry.answer))}</li>"
+        f"<li>{head}<br><i>Q:</i> {html.escape(shorten(entry.question, SNIPPET_CHARS))}"
+        f"<br><i>A:</i> {html.escape(shorten(entry.answer, SNIPPET_CHARS))}</li>"
     )
 
 
@@ -129,6 +130,3 @@ def details_html(text: str, spans: Sequence[Span], stats: dict, references: str)
     )
     return f"{legend}{highlighted_html(text, spans)}{method_html(stats)}<h4>References</h4>{references}"
 
-
-def _snippet(text: str) -> str:
-    return text if len(text) <= SNIPPET_CHARS else text[:SNIPPET_CHARS] + "…"

@@ -10,7 +10,9 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter, ScalarFormatter
 
-from cache.records import DashboardStats, QuestionCount
+from chatbot import DashboardStats, QuestionCount
+
+from .widgets import shorten
 
 LABEL_CHARS = 60
 
@@ -74,7 +76,7 @@ def hit_rates(stats: DashboardStats) -> Figure:
 def question_bars(questions: list[QuestionCount], title: str) -> Figure:
     """Horizontal bars of how often each question was asked, the most asked on top."""
     fig, ax = _figure(title, height=max(2.5, 0.4 * len(questions) + 1))
-    labels = [_short(q.question) for q in reversed(questions)]
+    labels = [shorten(q.question, LABEL_CHARS) for q in reversed(questions)]
     ax.barh(range(len(labels)), [q.count for q in reversed(questions)], color="#8172b3")
     ax.set_yticks(range(len(labels)), labels, parse_math=False, fontsize=8)
     ax.set_xlabel("times asked")
@@ -108,7 +110,3 @@ def _note_if_empty(fig: Figure, ax, data: list) -> Figure:
         ax.set_yticks([])
     return fig
 
-
-def _short(text: str) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= LABEL_CHARS else text[: LABEL_CHARS - 1] + "…"

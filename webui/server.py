@@ -5,7 +5,7 @@ from fastapi import FastAPI
 from fastapi.responses import RedirectResponse
 from gradio.utils import get_upload_folder
 
-from chatbot import ChatService
+from chatbot import AdminService, ChatService
 
 from . import admin_page
 from .auth import AdminLogin
@@ -19,7 +19,7 @@ mark.copied-reply { background: #bbf7d0; }
 """
 
 
-def build_app(service: ChatService, login: AdminLogin) -> FastAPI:
+def build_app(chat_service: ChatService, admin_service: AdminService, login: AdminLogin) -> FastAPI:
     """Mount the admin page first: a mount at / would otherwise take every path."""
     app = FastAPI(title="Nimbus Drive helpdesk", docs_url=None, redoc_url=None, openapi_url=None)
     app.get("/healthz", include_in_schema=False)(_healthz)
@@ -27,11 +27,11 @@ def build_app(service: ChatService, login: AdminLogin) -> FastAPI:
     app.get(admin_page.PATH, include_in_schema=False)(lambda: RedirectResponse(f"{admin_page.PATH}/"))
     common = {"ssr_mode": False, "mcp_server": False, "run_history": False, "css": CSS}
     gr.mount_gradio_app(
-        app, admin_page.build_admin(service, login), path=admin_page.PATH, auth=login.check,
+        app, admin_page.build_admin(admin_service, login), path=admin_page.PATH, auth=login.check,
         auth_message="Helpdesk admin: log in with the admin credentials.", footer_links=["gradio"], **common,
     )
     gr.mount_gradio_app(
-        app, ChatPage(service, example_questions()).build(), path="/", footer_links=["api", "gradio"],
+        app, ChatPage(chat_service, example_questions()).build(), path="/", footer_links=["api", "gradio"],
         # Admin exports and uploads sit in Gradio's shared upload folder; the chat page serves no files at all.
         blocked_paths=[str(get_upload_folder())], **common,
     )

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 import gradio as gr
 import pytest
 
-from chatbot import InputError, Reply, Span
+from chatbot import InputError, Reply, ReplyReferences, Span
 from webui.chat_page import ChatPage, user_bubble
 
 STATS = {"tokens": 3, "forward_passes": 2, "seconds": 0.5, "tokens_per_second": 6.0, "speedup": 1.5,
@@ -17,7 +17,6 @@ class FakeService:
 
     def __init__(self) -> None:
         self.stored, self.closed, self.feedback_given = [], False, []
-        self.cache = SimpleNamespace(get_entry=lambda _: None, get_article=lambda _: None)
 
     def stream(self, question, history, session_id=""):
         if not question.strip():
@@ -33,6 +32,9 @@ class FakeService:
     def ask(self, question, history=None, session_id=""):
         *_, final = self.stream(question, history, session_id)
         return final
+
+    def references(self, reply):
+        return ReplyReferences(entries={}, article=None)
 
     def feedback(self, reply_id, value, reason=""):
         self.feedback_given.append((reply_id, value, reason))

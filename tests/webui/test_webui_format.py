@@ -2,8 +2,7 @@
 
 from datetime import UTC, datetime
 
-from cache.records import ArticleRecord, CachedAnswer
-from chatbot import Span
+from chatbot import ArticleRecord, CachedAnswer, Span
 from webui import format as fmt
 
 EVIL = '<script>alert(1)</script><img src=x onerror=alert(2)>"\''

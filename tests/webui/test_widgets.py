@@ -1,0 +1,36 @@
+"""The helpers the admin tabs share: one way to shorten text, one row per reply under one set of columns."""
+
+from datetime import UTC, datetime
+
+from chatbot import ReplyRecord
+from webui.widgets import REPLY_COLUMNS, reply_row, shorten
+
+
+def reply(**fields) -> ReplyRecord:
+    values = dict(
+        id=5, entry_id=1, question="How do I\n  reset it?", answer="a", history=[], stats={"speedup": 1.7},
+        reference_entry_ids=[], exact_hit=False, feedback=None, feedback_reason="", verified=None,
+        measured_speedup=None, session_id="", created_at=datetime(2026, 11, 1, 9, 30, 15, tzinfo=UTC),
+    )
+    return ReplyRecord(**{**values, **fields})
+
+
+def test_shorten_puts_text_on_one_line_and_marks_the_cut():
+    assert shorten("a\n  b\tc", 10) == "a b c"
+    assert shorten("x" * 10, 10) == "x" * 10
+    assert shorten("x" * 11, 10) == "x" * 9 + "…"
+
+
+def test_reply_row_fills_every_column():
+    row = dict(zip(REPLY_COLUMNS, reply_row(reply()), strict=True))
+    assert row == {
+        "reply id": 5, "time (UTC)": "2026-11-01 09:30:15", "question": "How do I reset it?", "exact hit": False,
+        "speedup": 1.7, "feedback": "", "verified": "", "measured speedup": None,
+    }
+
+
+def test_reply_row_says_feedback_and_verdict():
+    row = reply_row(reply(feedback=-1, feedback_reason="too long", verified=False, measured_speedup=1.234))
+    named = dict(zip(REPLY_COLUMNS, row, strict=True))
+    assert (named["feedback"], named["verified"], named["measured speedup"]) == ("down too long", "DIFFERS", 1.23)
+    assert dict(zip(REPLY_COLUMNS, reply_row(reply(verified=True)), strict=True))["verified"] == "identical"

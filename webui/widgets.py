@@ -1,0 +1,66 @@
+"""Small pieces the pages share: shortened text, times, the reply table, row picking, a confirmed delete."""
+
+from collections.abc import Callable
+from datetime import datetime
+
+import gradio as gr
+
+from chatbot import ReplyRecord
+
+from .auth import PRIVATE, AdminLogin
+
+CELL_CHARS = 120
+VERIFIED_LABELS = {True: "identical", False: "DIFFERS", None: ""}  # ReplyRecord.verified; None: not checked yet
+FEEDBACK_LABELS = {1: "up", -1: "down"}
+REPLY_COLUMNS = [
+    "reply id", "time (UTC)", "question", "exact hit", "speedup", "feedback", "verified", "measured speedup",
+]
+
+
+def shorten(text: str, chars: int = CELL_CHARS) -> str:
+    """`text` on one line, cut to at most `chars` characters with an ellipsis where it was cut."""
+    text = " ".join(text.split())
+    return text if len(text) <= chars else text[: chars - 1] + "…"
+
+
+def utc_time(moment: datetime, seconds: bool = False) -> str:
+    return moment.strftime("%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M")
+
+
+def reply_row(reply: ReplyRecord) -> list:
+    """One served reply as a row under REPLY_COLUMNS."""
+    feedback = FEEDBACK_LABELS.get(reply.feedback, "")
+    if reply.feedback_reason:
+        feedback += f" {reply.feedback_reason}"
+    measured = round(reply.measured_speedup, 2) if reply.measured_speedup is not None else None
+    return [
+        reply.id, utc_time(reply.created_at, seconds=True), shorten(reply.question), reply.exact_hit,
+        reply.stats.get("speedup"), feedback, VERIFIED_LABELS[reply.verified], measured,
+    ]
+
+
+def row_picker(login: AdminLogin) -> Callable[[gr.SelectData, gr.Request], int]:
+    """A table's select handler that returns the clicked row's id (its first column), for the admin only."""
+
+    def pick_row(evt: gr.SelectData, request: gr.Request) -> int:
+        login.require(request)
+        return int(evt.row_value[0])
+
+    return pick_row
+
+
+def confirmed_delete(label: str) -> gr.Button:
+    """A delete button that only reveals a 'Really delete?' button; returns that one for the caller to wire."""
+    delete = gr.Button(label, variant="stop")
+    confirm = gr.Button("Really delete?", variant="stop", visible=False)
+    delete.click(_reveal, None, [confirm], **PRIVATE)
+    return confirm
+
+
+def hidden_button() -> gr.Button:
+    """What a delete handler returns for its confirm button: hidden again until the next delete click."""
+    return gr.Button(visible=False)
+
+
+def _reveal() -> gr.Button:
+    return gr.Button(visible=True)
