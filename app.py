@@ -9,6 +9,7 @@ from pydantic import SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from chatbot import AdminService, ChatService, ChatSettings
+from data import example_questions
 from decoding import ModelLoadError
 from webui import AdminLogin, build_app
 
@@ -54,7 +55,7 @@ def main() -> None:
     print(login.announcement("CHATBOT_ADMIN_PASSWORD"), flush=True)
     print(f"Chat: http://{settings.host}:{settings.port}/   Admin: http://{settings.host}:{settings.port}/admin")
     admin = AdminService(service.cache, service)
-    app = build_app(service, admin, login)
+    app = build_app(service, admin, login, example_questions())
     uvicorn.run(app, host=settings.host, port=settings.port, timeout_graceful_shutdown=5)
 
 

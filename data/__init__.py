@@ -74,3 +74,9 @@ def group_questions(questions: list[Question]) -> dict[str, list[Question]]:
 def article_title(text: str) -> str:
     """Return an article's title, its first line."""
     return text.split("\n", 1)[0].strip()
+
+
+def example_questions(count: int = 6) -> list[str]:
+    """The first wording of each of the first `count` question groups shipped in data/questions.jsonl."""
+    groups = group_questions(load_questions())
+    return [wordings[0].question for wordings in list(groups.values())[:count]]

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 import gradio as gr
 
 from chatbot import ChatService, InputError, Reply
-from data import group_questions, load_questions
 
 from . import format as fmt
 from .auth import PRIVATE
@@ -22,12 +21,6 @@ INTRO = (
     "so the answer is exactly what plain decoding would give, only faster."
 )
 MODEL_QUEUE = {"concurrency_limit": 1, "concurrency_id": "model"}  # one model, one turn at a time
-
-
-def example_questions(count: int = 6) -> list[str]:
-    """The first wording of each of the first `count` question groups shipped in data/questions.jsonl."""
-    groups = group_questions(load_questions())
-    return [wordings[0].question for wordings in list(groups.values())[:count]]
 
 
 def user_bubble(text: str) -> dict:

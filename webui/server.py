@@ -9,7 +9,7 @@ from chatbot import AdminService, ChatService
 
 from . import admin_page
 from .auth import AdminLogin
-from .chat_page import ChatPage, example_questions
+from .chat_page import ChatPage
 
 CSS = """
 mark.copied-cache { background: #fde68a; }
@@ -19,7 +19,9 @@ mark.copied-reply { background: #bbf7d0; }
 """
 
 
-def build_app(chat_service: ChatService, admin_service: AdminService, login: AdminLogin) -> FastAPI:
+def build_app(
+    chat_service: ChatService, admin_service: AdminService, login: AdminLogin, examples: list[str]
+) -> FastAPI:
     """Mount the admin page first: a mount at / would otherwise take every path."""
     app = FastAPI(title="Nimbus Drive helpdesk", docs_url=None, redoc_url=None, openapi_url=None)
     app.get("/healthz", include_in_schema=False)(_healthz)
@@ -31,7 +33,7 @@ def build_app(chat_service: ChatService, admin_service: AdminService, login: Adm
         auth_message="Helpdesk admin: log in with the admin credentials.", footer_links=["gradio"], **common,
     )
     gr.mount_gradio_app(
-        app, ChatPage(chat_service, example_questions()).build(), path="/", footer_links=["api", "gradio"],
+        app, ChatPage(chat_service, examples).build(), path="/", footer_links=["api", "gradio"],
         # Admin exports and uploads sit in Gradio's shared upload folder; the chat page serves no files at all.
         blocked_paths=[str(get_upload_folder())], **common,
     )

@@ -8,7 +8,7 @@ import pytest
 from gradio_client import Client
 from playwright.sync_api import expect
 
-from webui.chat_page import example_questions
+from data import example_questions
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
