@@ -8,9 +8,11 @@ from cache import ArticleRecord, CachedAnswer, DashboardStats, EntryPage, Questi
 from .admin import AdminService
 from .prompt import InputError
 from .service import ChatService, ChatSettings, Reply, ReplyReferences, Span, Verification
+from .stats import ArticleUse, ReferenceUse, ReplyStats
 
 __all__ = [
     "AdminService",
+    "ArticleUse",
     "ArticleRecord",
     "CachedAnswer",
     "ChatService",
@@ -19,9 +21,11 @@ __all__ = [
     "EntryPage",
     "InputError",
     "QuestionCount",
+    "ReferenceUse",
     "Reply",
     "ReplyRecord",
     "ReplyReferences",
+    "ReplyStats",
     "Span",
     "Verification",
 ]

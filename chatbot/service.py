@@ -35,6 +35,7 @@ from .prompt import (
     parse_history,
     prompt_hash,
 )
+from .stats import ArticleUse, ReferenceUse, ReplyStats
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,7 @@ class Reply:
     """A reply, partial while streaming (`done` False) and final at the end."""
 
     text: str
-    stats: dict
+    stats: ReplyStats
     done: bool = False
     id: int | None = None  # the stored reply's id, once done
     spans: list[Span] = field(default_factory=list)
@@ -260,7 +261,7 @@ class ChatService:
             NewAnswer(
                 question=turn.question, answer=text, answer_ids=list(result.tokens), model_id=self.model_id,
                 context=_context_text(turn.history), context_key=turn.context_key, prompt_hash=turn.prompt_hash,
-                article_ids=[turn.article_id] if turn.article_id else [], stats=stats,
+                article_ids=[turn.article_id] if turn.article_id else [], stats=stats.to_json(),
             )
         )
         used = {self._hit_for_source(turn, run.source) for run in result.copied_runs} - {None}
@@ -270,9 +271,11 @@ class ChatService:
             text=text, stats=stats, done=True, id=reply_id, spans=self._spans(turn, result), notice=_notice(turn)
         )
 
-    def _record(self, turn: _Turn, entry_id: int, text: str, stats: dict, tokens: list[int], exact_hit: bool) -> int:
+    def _record(
+        self, turn: _Turn, entry_id: int, text: str, stats: ReplyStats, tokens: list[int], exact_hit: bool
+    ) -> int:
         # The prompt and reply token ids are kept with the reply so `verify` can rerun exactly this decode.
-        stored = {**stats, "prompt_ids": turn.prompt.ids, "token_ids": list(tokens)}
+        stored = {**stats.to_json(), "prompt_ids": turn.prompt.ids, "token_ids": list(tokens)}
         return self.cache.record_reply(
             NewReply(
                 question=turn.question, answer=text, entry_id=entry_id,
@@ -283,7 +286,7 @@ class ChatService:
 
     # --- stats -----------------------------------------------------------------------------------
 
-    def _stats(self, turn: _Turn, result: DecodeResult, plain_steps: list[float], exact_hit: bool) -> dict:
+    def _stats(self, turn: _Turn, result: DecodeResult, plain_steps: list[float], exact_hit: bool) -> ReplyStats:
         n = len(result.tokens)
         step, method = self._step_seconds(plain_steps)
         method = f"exact repeat verified in one pass; {method}" if exact_hit else method
@@ -292,23 +295,22 @@ class ChatService:
         copied_by_source: dict[int, int] = {}
         for run in result.copied_runs:
             copied_by_source[run.source] = copied_by_source.get(run.source, 0) + run.length
-        return {
-            "tokens": n, "forward_passes": result.forward_passes, "copied_tokens": result.copied_tokens,
-            "seconds": round(result.seconds, 4), "tokens_per_second": round(n / seconds, 1),
-            "greedy_seconds_estimate": round(greedy_estimate, 4), "speedup": round(greedy_estimate / seconds, 2),
-            "speedup_method": f"estimate: measured prefill + {max(n - 1, 0)} one-token steps x "
+        return ReplyStats(
+            tokens=n, forward_passes=result.forward_passes, copied_tokens=result.copied_tokens,
+            seconds=round(result.seconds, 4), tokens_per_second=round(n / seconds, 1),
+            greedy_seconds_estimate=round(greedy_estimate, 4), speedup=round(greedy_estimate / seconds, 2),
+            speedup_method=f"estimate: measured prefill + {max(n - 1, 0)} one-token steps x "
             f"{step * 1000:.0f} ms ({method})",
-            "exact_hit": exact_hit, "copied_share": round(result.copied_tokens / n, 3) if n else 0.0,
-            "tokens_per_forward_pass": round(n / result.forward_passes, 2) if result.forward_passes else None,
-            "references": [
-                {"id": h.id, "similarity": round(h.score, 3), "copied": copied_by_source.get(i, 0)}
-                for i, h in enumerate(turn.hits)
-            ],
-            "copied_from_prompt": copied_by_source.get(PROMPT_SOURCE, 0),
-            "copied_from_reply": copied_by_source.get(OUTPUT_SOURCE, 0),
-            "article": self._article_stats(turn), "history_trimmed": turn.prompt.dropped_turns,
-            "finished": result.finished_by_eos or n >= self.settings.max_new_tokens,
-        }
+            exact_hit=exact_hit, copied_share=round(result.copied_tokens / n, 3) if n else 0.0,
+            tokens_per_forward_pass=round(n / result.forward_passes, 2) if result.forward_passes else None,
+            references=tuple(
+                ReferenceUse(h.id, round(h.score, 3), copied_by_source.get(i, 0)) for i, h in enumerate(turn.hits)
+            ),
+            copied_from_prompt=copied_by_source.get(PROMPT_SOURCE, 0),
+            copied_from_reply=copied_by_source.get(OUTPUT_SOURCE, 0),
+            article=self._article_use(turn), history_trimmed=turn.prompt.dropped_turns,
+            finished=result.finished_by_eos or n >= self.settings.max_new_tokens,
+        )
 
     def _step_seconds(self, plain_steps: list[float]) -> tuple[float, str]:
         """Greedy's one-token step time: from this decode's own plain steps when there are enough."""
@@ -316,10 +318,10 @@ class ChatService:
             return statistics.median(plain_steps), f"median of {len(plain_steps)} plain steps in this decode"
         return self.cost.cost(1), "one-token step calibrated at start-up"
 
-    def _article_stats(self, turn: _Turn) -> dict | None:
+    def _article_use(self, turn: _Turn) -> ArticleUse | None:
         if turn.article_id is None:
             return None
-        return {"id": turn.article_id, "similarity": round(turn.article_score or 0.0, 3)}
+        return ArticleUse(turn.article_id, round(turn.article_score or 0.0, 3))
 
     def _text(self, tokens: list[int]) -> str:
         return self.tokenizer.decode(tokens, skip_special_tokens=True)
@@ -341,9 +343,8 @@ class ChatService:
 
     def references(self, reply: Reply) -> ReplyReferences:
         """The cached answers and the help article a reply was decoded with, for showing beside it."""
-        entries = {ref["id"]: self.cache.get_entry(ref["id"]) for ref in reply.stats.get("references", [])}
-        article_stats = reply.stats.get("article")
-        article = self.cache.get_article(article_stats["id"]) if article_stats else None
+        entries = {ref.id: self.cache.get_entry(ref.id) for ref in reply.stats.references}
+        article = self.cache.get_article(reply.stats.article.id) if reply.stats.article else None
         return ReplyReferences(entries, article)
 
     # --- staff tools -----------------------------------------------------------------------------

@@ -199,7 +199,7 @@ class ChatPage:
             reply = self.service.ask(message, history or [], session_id=_session(request))
         except InputError as err:
             raise gr.Error(str(err), print_exception=False) from err
-        return reply.text, {**reply.stats, "reply_id": reply.id, "notice": reply.notice}
+        return reply.text, {**reply.stats.to_json(), "reply_id": reply.id, "notice": reply.notice}
 
 
 def _assistant_bubble(reply: Reply) -> dict:

@@ -7,7 +7,7 @@ import html
 import re
 from collections.abc import Sequence
 
-from chatbot import ArticleRecord, CachedAnswer, Span
+from chatbot import ArticleRecord, CachedAnswer, ReferenceUse, ReplyStats, Span
 
 from .widgets import shorten
 
@@ -31,32 +31,29 @@ def escape_markup(text: str) -> str:
     return "".join(part if i % 2 else html.escape(part, quote=False) for i, part in enumerate(parts))
 
 
-def speedup_label(stats: dict) -> str:
+def speedup_label(stats: ReplyStats) -> str:
     """'1.8x (exact repeat)' or '1.8x (estimated)': the method in a word, the full method elsewhere."""
-    speedup = stats.get("speedup")
-    if not isinstance(speedup, int | float):
-        return "n/a"
-    kind = "exact repeat" if stats.get("exact_hit") else "estimated"
-    return f"{speedup:.1f}x ({kind})"
+    kind = "exact repeat" if stats.exact_hit else "estimated"
+    return f"{stats.speedup:.1f}x ({kind})"
 
 
-def stats_line(stats: dict) -> str:
+def stats_line(stats: ReplyStats) -> str:
     """One compact line of numbers for under a reply, e.g. '32 tokens · 1.41 s · 22.7 tok/s · ...'."""
-    passes = stats.get("forward_passes", 0)
+    passes = stats.forward_passes
     parts = [
-        f"{stats.get('tokens', 0)} tokens",
-        f"{stats.get('seconds', 0.0):.2f} s",
-        f"{stats.get('tokens_per_second', 0.0):.1f} tok/s",
+        f"{stats.tokens} tokens",
+        f"{stats.seconds:.2f} s",
+        f"{stats.tokens_per_second:.1f} tok/s",
         f"speedup {speedup_label(stats)}",
-        f"{stats.get('copied_share', 0.0):.0%} copied",
+        f"{stats.copied_share:.0%} copied",
         f"{passes} forward pass{'' if passes == 1 else 'es'}",
     ]
     return " · ".join(parts)
 
 
-def reply_markdown(text: str, stats: dict, notice: str = "") -> str:
+def reply_markdown(text: str, stats: ReplyStats, notice: str = "") -> str:
     """The assistant bubble: the reply, then the stats line (and a notice) in small print."""
-    method = html.escape(f"How the speedup was measured: {stats.get('speedup_method', 'not measured')}", quote=True)
+    method = html.escape(f"How the speedup was measured: {stats.speedup_method}", quote=True)
     footer = f'<sub title="{method}">{html.escape(stats_line(stats))}</sub>'
     if notice:
         footer += f"\n\n<sub>⚠ {html.escape(notice)}</sub>"
@@ -87,26 +84,24 @@ def _source_title(source: str) -> str:
     return SOURCE_TITLES.get(kind, f"copied from {source}")
 
 
-def references_html(stats: dict, entries: dict[int, CachedAnswer | None], article: ArticleRecord | None) -> str:
+def references_html(
+    stats: ReplyStats, entries: dict[int, CachedAnswer | None], article: ArticleRecord | None
+) -> str:
     """The cached answers and the help article that served as references, escaped, with how much was copied."""
-    items = [_reference_item(ref, entries.get(ref.get("id"))) for ref in stats.get("references", [])]
-    article_stats = stats.get("article")
-    if article_stats:
+    items = [_reference_item(ref, entries.get(ref.id)) for ref in stats.references]
+    if stats.article is not None:
         title = article.title if article is not None else "(article since deleted)"
         items.append(
-            f"<li>Help article <b>{html.escape(str(article_stats.get('id')))}</b>: {html.escape(title)} "
-            f"(similarity {article_stats.get('similarity', 0):.2f})</li>"
+            f"<li>Help article <b>{html.escape(stats.article.id)}</b>: {html.escape(title)} "
+            f"(similarity {stats.article.similarity:.2f})</li>"
         )
     if not items:
         return "<p>No cached answer or help article was similar enough to serve as a reference.</p>"
     return f"<ul class='references'>{''.join(items)}</ul>"
 
 
-def _reference_item(ref: dict, entry: CachedAnswer | None) -> str:
-    head = (
-        f"Cached answer <b>#{html.escape(str(ref.get('id')))}</b> "
-        f"(similarity {ref.get('similarity', 0):.2f}, {ref.get('copied', 0)} tokens copied)"
-    )
+def _reference_item(ref: ReferenceUse, entry: CachedAnswer | None) -> str:
+    head = f"Cached answer <b>#{ref.id}</b> (similarity {ref.similarity:.2f}, {ref.copied} tokens copied)"
     if entry is None:
         return f"<li>{head}: (since deleted)</li>"
     return (
@@ -115,13 +110,13 @@ def _reference_item(ref: dict, entry: CachedAnswer | None) -> str:
     )
 
 
-def method_html(stats: dict) -> str:
+def method_html(stats: ReplyStats) -> str:
     """How the speedup was measured, in full."""
-    method = html.escape(str(stats.get("speedup_method", "not measured")))
+    method = html.escape(stats.speedup_method)
     return f"<p class='speedup-method'><b>How the speedup was measured:</b> {method}</p>"
 
 
-def details_html(text: str, spans: Sequence[Span], stats: dict, references: str) -> str:
+def details_html(text: str, spans: Sequence[Span], stats: ReplyStats, references: str) -> str:
     """The panel under the chat for one reply: highlighted copies, the speedup method, the references."""
     legend = (
         "<p class='legend'>Copied from: <mark class='copied-cache'>a cached answer</mark> "

@@ -1,12 +1,13 @@
 """The admin service on a real SQLite cache and the bundled tokenizer (a tiny random model stands in for the LLM)."""
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from transformers import AutoTokenizer
 
 from cache import AnswerCache, Embedder, NewAnswer
-from chatbot import AdminService, ChatService, ChatSettings, InputError, Reply
+from chatbot import AdminService, ArticleUse, ChatService, ChatSettings, InputError, ReferenceUse, Reply, ReplyStats
 from decoding import CostCurve
 from decoding.model_loading import DEFAULT_MODEL_DIR
 
@@ -74,8 +75,13 @@ def test_references_of_a_reply_are_read_as_stored_now(admin, chat):
     kept, deleted = add_entry(admin), add_entry(admin, "Where is my invoice?")
     admin.delete_entry(deleted)
     admin.save_article("reset-password", "Resetting a password", "Use the link.")
-    stats = {"references": [{"id": kept}, {"id": deleted}], "article": {"id": "reset-password"}}
+    stats = ReplyStats(
+        tokens=1, forward_passes=1, copied_tokens=0, seconds=0.1, tokens_per_second=10.0, greedy_seconds_estimate=0.1,
+        speedup=1.0, speedup_method="estimate", exact_hit=False, copied_share=0.0, tokens_per_forward_pass=1.0,
+        references=(ReferenceUse(kept, 0.9, 0), ReferenceUse(deleted, 0.8, 0)),
+        article=ArticleUse("reset-password", 0.7),
+    )
     found = chat.references(Reply("text", stats, done=True))
     assert found.entries[kept].question == "How do I reset my password?" and found.entries[deleted] is None
     assert found.article.title == "Resetting a password"
-    assert chat.references(Reply("text", {"references": [], "article": None})).entries == {}
+    assert chat.references(Reply("text", replace(stats, references=(), article=None))).entries == {}

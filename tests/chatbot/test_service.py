@@ -27,10 +27,10 @@ def test_paraphrase_copies_from_the_first_answer_and_equals_greedy(service):
     first = service.ask("How do I reset my password?")
     assert first.done and first.id is not None and first.text
     second = service.ask("I forgot my password, how can I reset it?")
-    refs = second.stats["references"]
+    refs = second.stats.references
     assert refs, "the first answer should be retrieved as a reference"
-    assert any(r["copied"] > 0 for r in refs), refs
-    assert second.stats["copied_tokens"] > 0
+    assert any(r.copied > 0 for r in refs), refs
+    assert second.stats.copied_tokens > 0
     check = service.verify(second.id)
     assert check.identical and check.measured_speedup > 0
 
@@ -39,15 +39,15 @@ def test_exact_repeat_is_served_from_the_cache(service):
     question = "Can I get a refund for my annual plan?"
     first = service.ask(question)
     again = service.ask("  Can I get a refund for my   annual plan?  ".strip())
-    assert again.stats["exact_hit"] and again.text == first.text
-    assert again.stats["forward_passes"] <= 2  # prefill, then the stored answer verified in one pass
+    assert again.stats.exact_hit and again.text == first.text
+    assert again.stats.forward_passes <= 2  # prefill, then the stored answer verified in one pass
     assert service.verify(again.id).identical
 
 
 def test_exact_hit_needs_the_identical_prompt(service):
     service.ask("How do I turn on two-factor authentication?")
     other_case = service.ask("how do i turn on two-factor authentication?")
-    assert not other_case.stats["exact_hit"]  # a different prompt may get a different greedy answer
+    assert not other_case.stats.exact_hit  # a different prompt may get a different greedy answer
     assert service.verify(other_case.id).identical
 
 
@@ -55,7 +55,9 @@ def test_follow_up_uses_the_conversation(service):
     first = service.ask("How do I share a folder?")
     history = [{"role": "user", "content": "How do I share a folder?"}, {"role": "assistant", "content": first.text}]
     follow = service.ask("Can you make that shorter?", history=history)
-    assert follow.done and follow.stats["copied_tokens"] >= 0
+    assert follow.done and follow.stats.references == ()  # "make that shorter" is like no cached question
+    # ... so what it copies comes from the conversation in the prompt, the answer it shortens.
+    assert follow.stats.copied_from_prompt > 0, follow.stats
     assert service.verify(follow.id).identical
 
 
@@ -106,7 +108,7 @@ def test_long_history_is_trimmed_and_the_user_told(service):
     for _ in range(12):
         history += [{"role": "user", "content": long_turn}, {"role": "assistant", "content": long_turn}]
     reply = service.ask("And the price?", history=history)
-    assert reply.stats["history_trimmed"] > 0 and "left out" in reply.notice
+    assert reply.stats.history_trimmed > 0 and "left out" in reply.notice
     assert service.verify(reply.id).identical
 
 
@@ -126,7 +128,7 @@ def test_hostile_cached_answers_never_change_the_reply(service):
 
         service.cache.add_answer(NewAnswer(question=question, answer=text, answer_ids=ids, model_id=service.model_id))
     reply = prompt_reply.ask(question)
-    assert reply.stats["references"], "the hostile entries should have been retrieved as references"
+    assert reply.stats.references, "the hostile entries should have been retrieved as references"
     stored = service.cache.get_reply(reply.id)
     greedy = greedy_generate(service.model, stored.stats["prompt_ids"], 32, service.eos_token_id)
     assert stored.stats["token_ids"] == greedy.tokens

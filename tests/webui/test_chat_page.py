@@ -1,15 +1,18 @@
 """The chat page's handlers against a stand-in service: streaming, stopping, bad input, feedback, the API."""
 
+from dataclasses import replace
 from types import SimpleNamespace
 
 import gradio as gr
 import pytest
 
-from chatbot import InputError, Reply, ReplyReferences, Span
+from chatbot import InputError, Reply, ReplyReferences, ReplyStats, Span
 from webui.chat_page import ChatPage, user_bubble
 
-STATS = {"tokens": 3, "forward_passes": 2, "seconds": 0.5, "tokens_per_second": 6.0, "speedup": 1.5,
-         "speedup_method": "estimate", "exact_hit": False, "copied_share": 0.33, "references": [], "article": None}
+STATS = ReplyStats(
+    tokens=3, forward_passes=2, copied_tokens=1, seconds=0.5, tokens_per_second=6.0, greedy_seconds_estimate=0.75,
+    speedup=1.5, speedup_method="estimate", exact_hit=False, copied_share=0.33, tokens_per_forward_pass=1.5,
+)
 
 
 class FakeService:
@@ -23,7 +26,7 @@ class FakeService:
             raise InputError("Please type a question.")
         try:
             for words in ("one", "one two", "one two three"):
-                yield Reply(words, {"tokens": len(words.split())})
+                yield Reply(words, replace(STATS, tokens=len(words.split())))
             self.stored.append(question)
             yield Reply("one two three", STATS, done=True, id=41, spans=[Span(0, 3, "prompt")])
         finally:

@@ -1,17 +1,18 @@
 """The stats line, the highlighting and the reference list: numbers shown right, all foreign text escaped."""
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
-from chatbot import ArticleRecord, CachedAnswer, Span
+from chatbot import ArticleRecord, ArticleUse, CachedAnswer, ReferenceUse, ReplyStats, Span
 from webui import format as fmt
 
 EVIL = '<script>alert(1)</script><img src=x onerror=alert(2)>"\''
-STATS = {
-    "tokens": 32, "forward_passes": 18, "copied_tokens": 14, "seconds": 1.4123, "tokens_per_second": 22.66,
-    "speedup": 1.77, "speedup_method": "estimate: prefill + 31 steps", "exact_hit": False, "copied_share": 0.438,
-    "references": [{"id": 7, "similarity": 0.812, "copied": 14}],
-    "article": {"id": "reset-password", "similarity": 0.6},
-}
+STATS = ReplyStats(
+    tokens=32, forward_passes=18, copied_tokens=14, seconds=1.4123, tokens_per_second=22.66,
+    greedy_seconds_estimate=2.5, speedup=1.77, speedup_method="estimate: prefill + 31 steps", exact_hit=False,
+    copied_share=0.438, tokens_per_forward_pass=1.78, references=(ReferenceUse(7, 0.812, 14),),
+    article=ArticleUse("reset-password", 0.6),
+)
 
 
 def entry(entry_id: int, question: str, answer: str) -> CachedAnswer:
@@ -31,12 +32,12 @@ def test_stats_line_has_every_number():
 
 
 def test_exact_hit_says_how_the_speedup_was_measured():
-    line = fmt.stats_line({**STATS, "exact_hit": True, "forward_passes": 0, "speedup": 85.0, "copied_share": 1.0})
+    line = fmt.stats_line(replace(STATS, exact_hit=True, forward_passes=0, speedup=85.0, copied_share=1.0))
     assert "speedup 85.0x (exact repeat)" in line and "100% copied" in line and "0 forward passes" in line
 
 
 def test_reply_markdown_puts_the_method_in_a_tooltip_escaped():
-    bubble = fmt.reply_markdown("Hello", {**STATS, "speedup_method": EVIL}, notice="old <b>turns</b> dropped")
+    bubble = fmt.reply_markdown("Hello", replace(STATS, speedup_method=EVIL), notice="old <b>turns</b> dropped")
     assert bubble.startswith('Hello\n\n<sub title="How the speedup was measured: &lt;script&gt;')
     assert "<script>" not in bubble and "<img" not in bubble and "<b>" not in bubble
     assert "&quot;&#x27;" in bubble  # quotes cannot end the title attribute
@@ -56,7 +57,7 @@ def test_highlighting_survives_overlapping_and_out_of_range_spans():
 
 
 def test_references_escape_cached_text_and_note_deleted_ones():
-    stats = {**STATS, "references": [{"id": 7, "similarity": 0.8, "copied": 3}, {"id": 9, "similarity": 0.6}]}
+    stats = replace(STATS, references=(ReferenceUse(7, 0.8, 3), ReferenceUse(9, 0.6, 0)))
     article = ArticleRecord("reset-password", EVIL, "body", datetime.now(UTC), datetime.now(UTC))
     out = fmt.references_html(stats, {7: entry(7, EVIL, EVIL), 9: None}, article)
     assert "<script>" not in out and "<img" not in out
@@ -65,7 +66,7 @@ def test_references_escape_cached_text_and_note_deleted_ones():
 
 
 def test_no_references_says_so():
-    assert "No cached answer" in fmt.references_html({"references": [], "article": None}, {}, None)
+    assert "No cached answer" in fmt.references_html(replace(STATS, references=(), article=None), {}, None)
 
 
 def test_escape_markup_keeps_text_readable():
@@ -83,3 +84,8 @@ def test_time_saved_plot_adds_up_the_savings_in_serving_order():
     line = plots.time_saved(series).axes[0].lines[0]
     assert list(line.get_ydata()) == [1.5, 1.25, 3.25]
     assert [t.get_text() for t in plots.time_saved([]).axes[0].texts] == ["nothing yet"]
+
+
+def test_stats_survive_a_round_trip_through_json():
+    assert ReplyStats.from_json(STATS.to_json()) == STATS
+    assert ReplyStats.from_json({**STATS.to_json(), "prompt_ids": [1, 2]}) == STATS  # extra stored keys are ignored

@@ -1,0 +1,55 @@
+"""What a reply cost and where its tokens came from: shown under each reply, stored with it, read by the dashboard."""
+
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True)
+class ReferenceUse:
+    """A similar past answer given to LLMA as a reference, and how many reply tokens were copied from it."""
+
+    id: int
+    similarity: float
+    copied: int
+
+
+@dataclass(frozen=True)
+class ArticleUse:
+    """The help article put into the prompt."""
+
+    id: str
+    similarity: float
+
+
+@dataclass(frozen=True)
+class ReplyStats:
+    tokens: int
+    forward_passes: int
+    copied_tokens: int
+    seconds: float
+    tokens_per_second: float
+    greedy_seconds_estimate: float  # measured prefill plus one plain step per further token
+    speedup: float  # greedy_seconds_estimate / seconds
+    speedup_method: str  # how the greedy time was estimated, in words
+    exact_hit: bool
+    copied_share: float  # copied_tokens / tokens
+    tokens_per_forward_pass: float | None
+    references: tuple[ReferenceUse, ...] = ()
+    copied_from_prompt: int = 0
+    copied_from_reply: int = 0
+    article: ArticleUse | None = None
+    history_trimmed: int = 0
+    finished: bool = False  # ended by EOS or the token limit, not stopped
+
+    @property
+    def seconds_saved(self) -> float:
+        return self.greedy_seconds_estimate - self.seconds
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> "ReplyStats":
+        fields = dict(data)
+        fields["references"] = tuple(ReferenceUse(**ref) for ref in data.get("references", ()))
+        fields["article"] = ArticleUse(**data["article"]) if data.get("article") else None
+        return cls(**{name: fields[name] for name in cls.__dataclass_fields__ if name in fields})
