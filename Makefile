@@ -37,7 +37,7 @@ test: setup browser
 # All ~320 questions at 128 tokens take hours: `make bench BENCH_ARGS=`. A quick look: BENCH_ARGS="--limit 3".
 BENCH_ARGS ?= --limit 51 --max-new-tokens 64 --grid-questions 6
 bench: setup
-	$(BIN)/python -m chatbot.bench $(BENCH_ARGS)
+	$(BIN)/python -m bench $(BENCH_ARGS)
 
 lint: setup
 	$(BIN)/ruff check .

@@ -65,7 +65,7 @@ class AdaptiveCopyPolicy:
     cost: CostCurve
     min_match_len: int = 1
     max_copy_len: int = 48
-    # Defaults chosen by scripts/tune_policy.py (replayed decodes priced with the measured cost curve).
+    # Defaults chosen by bench/tune.py (replayed decodes priced with the measured cost curve).
     # Prior acceptance for a fresh match of length 1, 2, ... (the last value covers longer ones).
     prior_by_match_len: tuple[float, ...] = (0.35, 0.5, 0.6, 0.7, 0.8, 0.85)
     prior_continuing: float = 0.8  # the previous draft was fully accepted and this one follows it

@@ -1,21 +1,17 @@
 """Ask paraphrase pairs through ChatService and set each second reply's stats beside verify()'s measurement.
 
-    python scripts/paraphrase_pairs.py [--pairs 5] [--max-new-tokens 128]
+    python -m bench.paraphrase_pairs [--pairs 5] [--max-new-tokens 128]
 """
 
 import argparse
-import sys
 import tempfile
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from chatbot import ChatService, ChatSettings  # noqa: E402
-from data import group_questions, load_questions  # noqa: E402
+from chatbot import ChatService, ChatSettings
+from data import group_questions, load_questions
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(prog="python -m bench.paraphrase_pairs")
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--max-new-tokens", type=int, default=128)
     args = parser.parse_args()

@@ -1,0 +1,90 @@
+"""Benchmark LLMA against greedy and Hugging Face decoding on the helpdesk workloads, side by side.
+
+    python -m bench --workload data/questions.jsonl --articles data/articles.json --out results/ \
+        [--max-new-tokens 128] [--limit N] [--methods hf_greedy,greedy,...] [--grid-questions 12] [--repeats 1]
+    python -m bench --redraw results/results.json   # the report and plots of a saved run again, no decoding
+
+Writes results.json, report.md and PNG plots to --out.
+"""
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+from bench.methods import METHODS
+from bench.plots import write_plots
+from bench.report import mismatch_lines, render_markdown
+from bench.results import Results, load
+from bench.run import BenchConfig, run_bench
+from bench.workloads import Retrieval
+from data import DATA_DIR
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
+    parser.add_argument("--workload", type=Path, default=DATA_DIR / "questions.jsonl", help="questions JSONL")
+    parser.add_argument("--articles", type=Path, default=DATA_DIR / "articles.json", help="article id -> text")
+    parser.add_argument("--out", type=Path, default=Path("results"), help="folder for results.json, report, plots")
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--limit", type=int, default=None, help="at most this many questions per workload and grid")
+    parser.add_argument("--methods", default=",".join(METHODS), help="comma-separated subset of " + ",".join(METHODS))
+    parser.add_argument("--grid-questions", type=int, default=12, help="cache-assisted questions in the n-by-k grid")
+    parser.add_argument("--k", type=int, default=4, help="cache hits used as references")
+    parser.add_argument("--threshold", type=float, default=0.5, help="least cosine similarity of a cache hit")
+    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    parser.add_argument("--repeats", type=int, default=1, help="rounds per question; each method keeps its fastest")
+    parser.add_argument("--redraw", type=Path, default=None, help="a saved results.json: write its report again")
+    args = parser.parse_args(argv)
+    args.methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    unknown = sorted(set(args.methods) - set(METHODS))
+    if unknown:
+        parser.error(f"unknown methods {unknown}; choose from {', '.join(METHODS)}")
+    if "greedy" not in args.methods:
+        args.methods.insert(0, "greedy")  # the baseline every speedup and identity check is measured against
+    return args
+
+
+def config_of(args: argparse.Namespace) -> BenchConfig:
+    return BenchConfig(
+        workload=args.workload, articles=args.articles, max_new_tokens=args.max_new_tokens, limit=args.limit,
+        methods=args.methods, grid_questions=args.grid_questions, retrieval=Retrieval(args.k, args.threshold),
+        repeats=args.repeats,
+    )
+
+
+def write_report(results: Results, out_dir: Path) -> list[Path]:
+    """report.md and the plots in `out_dir`; returns their paths."""
+    plots = write_plots(results, out_dir)
+    report = out_dir / "report.md"
+    report.write_text(render_markdown(results, [p.name for p in plots]))
+    return [report, *plots]
+
+
+def warn_about_mismatches(results: Results) -> None:
+    """LLMA must reproduce greedy decoding exactly; anything else is a bug worth shouting about."""
+    lines = mismatch_lines(results)
+    if lines:
+        banner = "!" * 78
+        print(f"\n{banner}\n!! NOT LOSSLESS: LLMA differs from greedy:\n"
+              + "\n".join(f"!! {line}" for line in lines) + f"\n{banner}", file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    if args.redraw:
+        print("\n".join(str(p) for p in write_report(load(args.redraw), args.redraw.parent)))
+        return
+    torch.set_num_threads(args.threads)
+    results = run_bench(config_of(args))
+    warn_about_mismatches(results)
+    args.out.mkdir(parents=True, exist_ok=True)
+    results.save(args.out / "results.json")
+    written = write_report(results, args.out)
+    print(f"wrote {args.out / 'results.json'} and {', '.join(str(p) for p in written)} "
+          f"in {results.wall_seconds:.0f} s", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,163 @@
+"""The decoding methods the bench compares, and every call the bench makes into `decoding`.
+
+Only this module imports `decoding`: when the engine's signatures change, the bench is adapted here alone.
+"""
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from decoding import (
+    AdaptiveCopyPolicy,
+    CostCurve,
+    FixedCopyPolicy,
+    LlmaOptions,
+    greedy_generate,
+    llma_generate,
+    load_model,
+    measure_cost_curve,
+)
+from decoding.simulate import simulate_llma
+
+METHODS = ("hf_greedy", "greedy", "hf_prompt_lookup", "llma_paper", "llma", "oracle")
+LLMA_METHODS = ("llma_paper", "llma", "oracle")  # must reproduce greedy decoding exactly
+PAPER_POLICY = FixedCopyPolicy(match_len=1, copy_len=15)  # the paper's n=1, k=15
+HF_PROMPT_LOOKUP_TOKENS = 10
+
+
+@dataclass
+class Decoded:
+    tokens: list[int]
+    copied_tokens: int | None  # None where the method does not report it
+
+
+class ForwardCounter:
+    """Counts the model's top-level forward calls: one per greedy step or per verification."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.count = 0
+        model.register_forward_pre_hook(self._count)
+
+    def _count(self, module, args) -> None:
+        self.count += 1
+
+
+class Decoder:
+    """Runs any method on a prompt with one model, budget and stop token; counts forward passes."""
+
+    def __init__(self, model, tokenizer, max_new_tokens: int, llma_policy: AdaptiveCopyPolicy) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.eos_token_id = tokenizer.eos_token_id
+        self.max_new_tokens = max_new_tokens
+        self.llma_policy = llma_policy
+        self.forwards = ForwardCounter(model)
+
+    @classmethod
+    def load(cls, max_new_tokens: int) -> "Decoder":
+        """The bundled model, with the adaptive policy on its cost curve (measured now, before any timing)."""
+        model, tokenizer = load_model()
+        torch.manual_seed(0)
+        # The cost curve is measured once, on load, before any timing.
+        return cls(model, tokenizer, max_new_tokens, AdaptiveCopyPolicy(cost=measure_cost_curve(model)))
+
+    def decode(
+        self, method: str, prompt_ids: list[int], references: list[list[int]], greedy_tokens: list[int]
+    ) -> Decoded:
+        """One method on one prompt; `greedy_tokens` is the oracle's reference."""
+        match method:
+            case "hf_greedy":
+                return self.hf(prompt_ids)
+            case "hf_prompt_lookup":  # sees the prompt only: references are not part of it
+                return self.hf(prompt_ids, prompt_lookup_num_tokens=HF_PROMPT_LOOKUP_TOKENS)
+            case "greedy":
+                return self.greedy(prompt_ids)
+            case "llma_paper":
+                return self.llma(prompt_ids, references, PAPER_POLICY)
+            case "llma":
+                return self.llma(prompt_ids, references, self.llma_policy)
+            case "oracle":
+                return self.llma(prompt_ids, [greedy_tokens], self.llma_policy)
+        raise ValueError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
+
+    def hf(self, prompt_ids: list[int], **options) -> Decoded:
+        ids = torch.tensor([prompt_ids])  # (1, T)
+        out = self.model.generate(
+            ids, attention_mask=torch.ones_like(ids), max_new_tokens=self.max_new_tokens, do_sample=False,
+            eos_token_id=self.eos_token_id, pad_token_id=self.eos_token_id, **options,
+        )  # (1, T + new)
+        return Decoded(out[0, len(prompt_ids) :].tolist(), copied_tokens=None)
+
+    def greedy(self, prompt_ids: list[int]) -> Decoded:
+        result = greedy_generate(self.model, prompt_ids, self.max_new_tokens, self.eos_token_id)
+        return Decoded(result.tokens, copied_tokens=0)
+
+    def llma(self, prompt_ids: list[int], references: list[list[int]], policy) -> Decoded:
+        options = LlmaOptions(self.max_new_tokens, self.eos_token_id)
+        result = llma_generate(self.model, prompt_ids, references, policy, options)
+        return Decoded(result.tokens, result.copied_tokens)
+
+    def fixed(self, prompt_ids: list[int], references: list[list[int]], match_len: int, copy_len: int) -> Decoded:
+        """LLMA with the paper's fixed policy at other n (match_len) and k (copy_len): one cell of the grid."""
+        return self.llma(prompt_ids, references, FixedCopyPolicy(match_len=match_len, copy_len=copy_len))
+
+    def text(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True).strip()
+
+    # --- what results.json records about the model and the policies ---
+
+    @property
+    def model_id(self) -> str:
+        return Path(self.model.config.name_or_path).name
+
+    @property
+    def dtype(self) -> str:
+        return str(next(self.model.parameters()).dtype)
+
+    @property
+    def parameters(self) -> int:
+        return sum(p.numel() for p in self.model.parameters())
+
+    def llma_policy_json(self) -> dict:
+        return {key: v for key, v in asdict(self.llma_policy).items() if key != "cost"}
+
+    def cost_curve_json(self) -> dict:
+        """{"sizes", "seconds", "context_len"}: the forward costs the adaptive policy plans with."""
+        return self.llma_policy.cost.to_json()
+
+
+def paper_policy_json() -> dict:
+    return asdict(PAPER_POLICY)
+
+
+# --- the offline replay the policy tuner prices policies with ---
+
+
+def cost_curve(sizes: tuple[int, ...], seconds: tuple[float, ...]) -> CostCurve:
+    return CostCurve(sizes, seconds)
+
+
+def adaptive_policy(curve: CostCurve, **priors) -> AdaptiveCopyPolicy:
+    """The adaptive policy with other priors (prior_by_match_len, prior_continuing, ...); defaults where not given."""
+    return AdaptiveCopyPolicy(curve, **priors)
+
+
+def paper_policy() -> FixedCopyPolicy:
+    return PAPER_POLICY
+
+
+@dataclass(frozen=True)
+class Replay:
+    """What LLMA would cost on one recorded prompt, priced with a cost curve instead of timed."""
+
+    modeled_seconds: float
+    modeled_greedy_seconds: float
+    speedup: float
+
+
+def replay(prompt_ids: list[int], references: list[list[int]], greedy_tokens: list[int], policy, curve: CostCurve,
+           eos_token_id: int) -> Replay:
+    """LLMA's decisions on a prompt whose greedy reply is known, without the model."""
+    sim = simulate_llma(prompt_ids, references, greedy_tokens, policy, curve, LlmaOptions(eos_token_id=eos_token_id))
+    return Replay(sim.modeled_seconds, sim.modeled_greedy_seconds, sim.speedup)

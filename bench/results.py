@@ -1,0 +1,255 @@
+"""What a bench run measured, as dataclasses: written to results.json with `save()`, read back with `load()`.
+
+Speedups are defined here once: greedy's seconds over a method's, summed over questions or per question.
+"""
+
+import json
+import statistics
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from bench.methods import LLMA_METHODS
+
+
+@dataclass(frozen=True)
+class Reference:
+    """Where one reference of a question came from (a cache hit, an article, an earlier answer)."""
+
+    kind: str  # "cache", "article", "stored_answer", "earlier_answer"
+    tokens: int
+    score: float | None = None  # cosine similarity, for cache hits
+    question: str = ""  # the stored question, for cache hits
+    same_group: bool = True  # a wording of the same need (always true except for cache hits)
+
+
+@dataclass
+class MethodRun:
+    """One method on one question."""
+
+    method: str
+    seconds: float  # wall clock
+    cpu_seconds: float  # CPU time of this process: less moved than wall clock by other processes' work
+    tokens: int
+    forward_passes: int
+    copied_tokens: int
+    identical: bool  # the same tokens as greedy decoding
+
+
+def speedup(greedy: list[MethodRun], runs: list[MethodRun]) -> float:
+    """Greedy's seconds over the method's, each summed over the same questions."""
+    return sum(g.seconds for g in greedy) / sum(r.seconds for r in runs)
+
+
+def cpu_speedup(greedy: list[MethodRun], runs: list[MethodRun]) -> float:
+    return sum(g.cpu_seconds for g in greedy) / sum(r.cpu_seconds for r in runs)
+
+
+@dataclass
+class QuestionRecord:
+    workload: str
+    group: str
+    question: str
+    prompt_tokens: int
+    references: list[Reference]
+    greedy_text: str
+    runs: list[MethodRun]
+
+    def run(self, method: str) -> MethodRun | None:
+        return next((r for r in self.runs if r.method == method), None)
+
+    def speedup(self, method: str) -> float | None:
+        """This question's speedup of `method` over greedy; None when the method did not run on it."""
+        run = self.run(method)
+        return speedup([self.run("greedy")], [run]) if run else None
+
+    def has_own_answer(self) -> bool:
+        """A cache hit among the references answers a wording of the same need."""
+        return any(ref.kind == "cache" and ref.same_group for ref in self.references)
+
+
+@dataclass
+class Row:
+    """One method on one workload, summed over its questions."""
+
+    workload: str
+    method: str
+    questions: int
+    tokens: int
+    seconds: float
+    tokens_per_s: float | None
+    speedup_vs_greedy: float | None  # sum of greedy seconds / sum of this method's seconds
+    speedup_vs_hf_greedy: float | None
+    cpu_speedup_vs_greedy: float | None  # the same in CPU seconds: a cross-check when the machine is noisy
+    tokens_per_pass: float | None
+    identical_share: float | None
+    worst_speedup: float | None  # per question, over greedy
+    median_speedup: float | None
+    mean_copied_share: float | None
+    mismatches: list[str] = field(default_factory=list)  # questions whose tokens differ from greedy's
+
+
+@dataclass
+class GridCell:
+    match_len: int  # n
+    copy_len: int  # k
+    speedup: float | None  # over greedy, wall clock
+    cpu_speedup: float | None  # over greedy, CPU time
+    tokens_per_pass: float | None
+    identical_share: float | None
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """An LLMA method whose tokens differ from greedy's on one question: a losslessness bug."""
+
+    method: str
+    workload: str
+    question: str
+
+
+@dataclass
+class ModelInfo:
+    id: str
+    dtype: str
+    parameters: int
+
+
+@dataclass
+class Machine:
+    platform: str
+    processor: str
+    python: str
+    cpu_count: int | None
+    torch_threads: int
+    torch: str
+    transformers: str
+    omp_wait_policy: str | None
+    load_average_at_start: list[float]
+    load_average_at_end: list[float] = field(default_factory=list)
+
+    def busiest_load(self) -> float:
+        return max(self.load_average_at_start[0], self.load_average_at_end[0])
+
+
+@dataclass
+class Settings:
+    workload: str  # the questions file
+    articles: str
+    max_new_tokens: int
+    limit: int | None
+    repeats: int
+    methods: list[str]
+    grid_questions: int
+    k: int  # cache hits used as references
+    threshold: float
+    cache_entries: int
+    paper_policy: dict  # FixedCopyPolicy's fields
+    llma_policy: dict  # AdaptiveCopyPolicy's fields but its cost curve
+
+
+@dataclass
+class CostCurvePoints:
+    """Seconds of one forward of sizes[i] new tokens over a context_len-token KV cache."""
+
+    sizes: list[int]
+    seconds: list[float]
+    context_len: int
+
+    def relative(self) -> dict[int, float]:
+        """Each size's cost in one-token steps."""
+        return {n: s / self.seconds[0] for n, s in zip(self.sizes, self.seconds, strict=True)}
+
+
+@dataclass
+class Results:
+    model: ModelInfo
+    machine: Machine
+    settings: Settings
+    workloads: list[str]
+    cost_curve: CostCurvePoints
+    rows: list[Row]
+    grid: list[GridCell]
+    questions: list[QuestionRecord]
+    phase_seconds: dict[str, float]
+    wall_seconds: float
+
+    def row(self, workload: str, method: str) -> Row | None:
+        """The row of a method on a workload, or None when it measured no question."""
+        row = next((r for r in self.rows if r.workload == workload and r.method == method), None)
+        return row if row and row.questions else None
+
+    def questions_of(self, workload: str) -> list[QuestionRecord]:
+        return [q for q in self.questions if q.workload == workload]
+
+    def llma_mismatches(self) -> list[Mismatch]:
+        return [Mismatch(r.method, r.workload, q) for r in self.rows if r.method in LLMA_METHODS for q in r.mismatches]
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps(asdict(self), indent=1))
+
+
+def load(path: Path) -> Results:
+    """A run saved as results.json."""
+    saved = json.loads(Path(path).read_text())
+    return Results(
+        model=ModelInfo(**saved["model"]),
+        machine=Machine(**saved["machine"]),
+        settings=Settings(**saved["settings"]),
+        workloads=saved["workloads"],
+        cost_curve=CostCurvePoints(**saved["cost_curve"]),
+        rows=[Row(**row) for row in saved["rows"]],
+        grid=[GridCell(**cell) for cell in saved["grid"]],
+        questions=[_question(q) for q in saved["questions"]],
+        phase_seconds=saved["phase_seconds"],
+        wall_seconds=saved["wall_seconds"],
+    )
+
+
+def _question(saved: dict) -> QuestionRecord:
+    references = [Reference(**ref) for ref in saved["references"]]
+    runs = [MethodRun(**run) for run in saved["runs"]]
+    return QuestionRecord(**{**saved, "references": references, "runs": runs})
+
+
+# --- summing runs up ------------------------------------------------------------------------------
+
+
+def summarize(workload: str, method: str, records: list[QuestionRecord]) -> Row:
+    measured = [q for q in records if q.run(method)]
+    if not measured:
+        return Row(workload, method, 0, 0, 0.0, None, None, None, None, None, None, None, None, None)
+    runs = [q.run(method) for q in measured]
+    greedy = [q.run("greedy") for q in measured]
+    hf_greedy = [q.run("hf_greedy") for q in measured if q.run("hf_greedy")]
+    seconds = sum(r.seconds for r in runs)
+    tokens = sum(r.tokens for r in runs)
+    passes = sum(r.forward_passes for r in runs)
+    per_question = [q.speedup(method) for q in measured]
+    return Row(
+        workload=workload,
+        method=method,
+        questions=len(runs),
+        tokens=tokens,
+        seconds=seconds,
+        tokens_per_s=tokens / seconds if seconds else None,
+        speedup_vs_greedy=speedup(greedy, runs),
+        speedup_vs_hf_greedy=speedup(hf_greedy, runs) if len(hf_greedy) == len(runs) else None,
+        cpu_speedup_vs_greedy=cpu_speedup(greedy, runs),
+        tokens_per_pass=tokens / passes if passes else None,
+        identical_share=sum(r.identical for r in runs) / len(runs),
+        worst_speedup=min(per_question),
+        median_speedup=statistics.median(per_question),
+        mean_copied_share=statistics.mean(r.copied_tokens / r.tokens if r.tokens else 0.0 for r in runs),
+        mismatches=[q.question for q, r in zip(measured, runs, strict=True) if not r.identical],
+    )
+
+
+def grid_cell(n: int, k: int, greedy: list[MethodRun], runs: list[MethodRun]) -> GridCell:
+    """FixedCopyPolicy(n, k) summed over the grid's questions."""
+    if not runs:
+        return GridCell(n, k, None, None, None, None)
+    passes = sum(r.forward_passes for r in runs)
+    tokens = sum(r.tokens for r in runs)
+    identical = sum(r.identical for r in runs) / len(runs)
+    return GridCell(n, k, speedup(greedy, runs), cpu_speedup(greedy, runs), tokens / passes if passes else None,
+                    identical)

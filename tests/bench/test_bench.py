@@ -1,0 +1,106 @@
+"""The real bench, end to end, on a tiny workload: every workload and method reported, LLMA lossless."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from report_helpers import cell_value, sections, tables
+
+from bench.methods import LLMA_METHODS, METHODS
+from bench.plots import PLOTS
+from bench.results import load
+from bench.workloads import WORKLOADS, select_questions
+from data import Question
+
+ROOT = Path(__file__).resolve().parents[2]
+
+QUESTIONS = [
+    {"group": "reset", "question": "How do I reset my password?", "article": "reset"},
+    {"group": "reset", "question": "I forgot my password, how do I get a new one?", "article": "reset"},
+    {"group": "reset", "question": "can you make that shorter", "article": "reset", "follow_up": True},
+    {"group": "share", "question": "How do I share a folder?", "article": "share"},
+    {"group": "share", "question": "how can i share a folder with my team", "article": "share"},
+    {"group": "linux", "question": "Do you have a desktop app for Linux?", "article": None},
+]
+ARTICLES = {
+    "reset": "Reset your password\nOn the sign-in page click Forgot password, enter your email address and follow "
+    "the link in the email we send you to choose a new password.",
+    "share": "Share a folder\nRight-click the folder, choose Share, enter the email addresses of the people to "
+    "invite, pick Viewer or Editor and click Send.",
+}
+
+
+def bench(*args: str) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "bench", *args]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+@pytest.fixture(scope="module")
+def bench_run(tmp_path_factory) -> Path:
+    """Run `python -m bench` once on the tiny workload; returns its output folder."""
+    folder = tmp_path_factory.mktemp("bench")
+    workload, articles, out = folder / "questions.jsonl", folder / "articles.json", folder / "out"
+    workload.write_text("".join(json.dumps(q) + "\n" for q in QUESTIONS))
+    articles.write_text(json.dumps(ARTICLES))
+    bench("--workload", str(workload), "--articles", str(articles), "--out", str(out), "--limit", "1",
+          "--max-new-tokens", "24")
+    return out
+
+
+@pytest.mark.slow
+def test_every_workload_and_method_has_a_row(bench_run):
+    results = load(bench_run / "results.json")
+    rows = {(r.workload, r.method): r for r in results.rows}
+    assert set(rows) == {(w, m) for w in WORKLOADS for m in METHODS}
+    assert all(rows[w, m].questions == 1 for w in WORKLOADS for m in METHODS)
+    assert results.cost_curve.seconds and len(results.grid) == 20
+
+
+@pytest.mark.slow
+def test_llma_output_equals_greedy_everywhere(bench_run):
+    results = load(bench_run / "results.json")
+    llma_rows = [r for r in results.rows if r.method in LLMA_METHODS]
+    assert [r.identical_share for r in llma_rows] == [1.0] * len(llma_rows)
+    assert all(cell.identical_share == 1.0 for cell in results.grid)
+
+
+@pytest.mark.slow
+def test_a_paraphrase_retrieves_its_groups_answer_from_the_cache(bench_run):
+    (question,) = load(bench_run / "results.json").questions_of("cache_assisted")
+    assert question.question == "I forgot my password, how do I get a new one?"
+    assert question.has_own_answer()
+    own = next(ref for ref in question.references if ref.same_group)
+    assert own.question == "How do I reset my password?" and own.score >= 0.5
+
+
+@pytest.mark.slow
+def test_report_has_a_results_row_per_workload_and_method_and_plots_exist(bench_run):
+    report = (bench_run / "report.md").read_text()
+    (table,) = tables(sections(report)["Results"])
+    assert {(row[0], row[1]) for row in table[1:]} == {(w, m) for w in WORKLOADS for m in METHODS}
+    assert all(cell_value(row[3]) > 0 for row in table[1:])  # speedup vs greedy parses
+    targets = tables(sections(report)["Targets"])[0]
+    assert targets[-1][3] == "**PASS**"  # every LLMA output equals greedy's
+    for name in PLOTS:
+        assert (bench_run / name).stat().st_size > 0, name
+
+
+@pytest.mark.slow
+def test_redraw_writes_the_same_report_from_results_json(bench_run):
+    written = (bench_run / "report.md").read_text()
+    (bench_run / "report.md").unlink()
+    bench("--redraw", str(bench_run / "results.json"))
+    assert (bench_run / "report.md").read_text() == written
+
+
+def test_a_limit_covers_as_many_groups_as_it_can():
+    questions = [Question(group=g, question=f"{g} wording {i}", article=None) for g in "abc" for i in range(4)]
+    selection = select_questions(questions, {}, limit=4)
+    assert [q.question for q in selection.cache_assisted] == [
+        "a wording 1", "b wording 1", "c wording 1", "a wording 2",
+    ]
+    assert len(select_questions(questions, {}, limit=None).cache_assisted) == 9
