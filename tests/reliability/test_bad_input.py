@@ -164,8 +164,8 @@ def test_huge_history_is_handled_without_blocking_the_chat(chat_client, long_his
         outcome = f"refused: {refused}"
         assert_clear(str(refused))
     extra = time.perf_counter() - started - long_history_reply[2]
+    # How many tokenizations trimming costs is asserted in tests/chatbot/test_prompt.py; time is only reported.
     print(f"72 turns: {outcome}; {extra:.1f} s more than 26 turns of the same kind")
-    assert extra < 6, f"70 old turns took {extra:.0f} s longer than 24: trimming is slower than linear"
 
 
 def test_store_and_log_are_sound_after_the_bad_input(server, log_start):

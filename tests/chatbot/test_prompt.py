@@ -1,0 +1,71 @@
+"""build_prompt's history trimming, on the bundled tokenizer (no model weights): what is kept, and at what cost."""
+
+import pytest
+from transformers import AutoTokenizer
+
+from chatbot.prompt import InputError, Turn, build_prompt, encode_messages
+from decoding.model_loading import DEFAULT_MODEL_DIR
+
+
+class CountingTokenizer:
+    """The real tokenizer, counting how often the chat template and the plain tokenizer run."""
+
+    def __init__(self, tokenizer) -> None:
+        self.inner, self.templates, self.calls = tokenizer, 0, 0
+
+    def apply_chat_template(self, *args, **kwargs):
+        self.templates += 1
+        return self.inner.apply_chat_template(*args, **kwargs)
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        return self.inner(*args, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    if not (DEFAULT_MODEL_DIR / "tokenizer.json").is_file():
+        pytest.skip("the bundled model has not been prepared (make setup)")
+    return AutoTokenizer.from_pretrained(DEFAULT_MODEL_DIR, local_files_only=True)
+
+
+def history(pairs: int, words: int = 40) -> list[Turn]:
+    turns = []
+    for i in range(pairs):
+        turns += [Turn("user", f"question {i} " + "word " * words), Turn("assistant", f"answer {i} " + "text " * words)]
+    return turns
+
+
+def test_short_history_is_kept_whole(tokenizer):
+    prompt = build_prompt(tokenizer, "Be helpful.", None, history(2), "And now?", 2000)
+    assert prompt.dropped_turns == 0
+    assert [m["role"] for m in prompt.messages] == ["system", "user", "assistant", "user", "assistant", "user"]
+    assert prompt.ids == encode_messages(tokenizer, prompt.messages)
+
+
+def test_oldest_pairs_go_first_and_the_rest_fits(tokenizer):
+    turns = history(30)
+    prompt = build_prompt(tokenizer, "Be helpful.", "An article.", turns, "And now?", 600)
+    assert 0 < prompt.dropped_turns < len(turns) and prompt.dropped_turns % 2 == 0  # whole pairs only
+    assert len(prompt.ids) <= 600
+    assert prompt.messages[1]["content"] == turns[prompt.dropped_turns].content  # the newest turns are kept
+    assert prompt.messages[-1] == {"role": "user", "content": "And now?"}
+    assert "An article." in prompt.messages[0]["content"]
+    # As many turns as fit: one more pair would not.
+    kept_plus_one = turns[prompt.dropped_turns - 2 :]
+    one_more = build_prompt(tokenizer, "Be helpful.", "An article.", kept_plus_one, "And now?", 10**6)
+    assert len(one_more.ids) > 600
+
+
+@pytest.mark.parametrize("pairs", [10, 100])
+def test_trimming_costs_one_tokenization_per_turn_not_per_dropped_pair(tokenizer, pairs):
+    counting = CountingTokenizer(tokenizer)
+    prompt = build_prompt(counting, "Be helpful.", None, history(pairs), "And now?", 400)
+    assert prompt.dropped_turns > 0
+    assert counting.calls <= 2 * pairs  # each turn's text once
+    assert counting.templates <= 4  # two to size the template, then one or two to confirm
+
+
+def test_a_question_too_long_for_the_model_is_refused_clearly(tokenizer):
+    with pytest.raises(InputError, match="too long for the model"):
+        build_prompt(tokenizer, "Be helpful.", None, [], "word " * 2000, 500)
