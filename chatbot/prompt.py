@@ -3,6 +3,7 @@
 import hashlib
 import json
 import unicodedata
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 DEFAULT_SYSTEM_PROMPT = (
@@ -50,21 +51,42 @@ def parse_history(history: object, max_chars: int) -> list[Turn]:
     return turns
 
 
-def system_message(system_prompt: str, article: str | None) -> str:
-    if not article:
-        return system_prompt
-    return f"{system_prompt}\n\nUse this help article when it answers the question:\n\n{article}"
+@dataclass(frozen=True)
+class ApprovedAnswer:
+    """A past question and the answer staff approved for it, shown to the model as an example to follow."""
+
+    question: str
+    answer: str
+
+
+ARTICLE_HEADER = "Use this help article when it answers the question:"
+APPROVED_HEADER = "An approved answer to a similar question (reuse its wording where it fits):"
+
+
+def system_message(system_prompt: str, article: str | None, approved: Sequence[ApprovedAnswer] = ()) -> str:
+    """The system prompt, then the help article, then approved answers: one fixed template."""
+    parts = [system_prompt]
+    if article:
+        parts.append(f"{ARTICLE_HEADER}\n\n{article}")
+    parts += [f"{APPROVED_HEADER}\n\nQuestion: {a.question}\nAnswer: {a.answer}" for a in approved]
+    return "\n\n".join(parts)
 
 
 def build_prompt(
-    tokenizer, system_prompt: str, article: str | None, history: list[Turn], question: str, max_prompt_tokens: int
+    tokenizer,
+    system_prompt: str,
+    article: str | None,
+    history: list[Turn],
+    question: str,
+    max_prompt_tokens: int,
+    approved: Sequence[ApprovedAnswer] = (),
 ) -> Prompt:
     """Chat-template the turn; the oldest history turns go first when the prompt is too long.
 
-    Rule: the system prompt (with its article) and the question are always kept; earlier turns are
-    dropped oldest first, a user turn together with the answer that followed it.
+    Rule: the system prompt (with its article and approved answers) and the question are always kept;
+    earlier turns are dropped oldest first, a user turn together with the answer that followed it.
     """
-    system = {"role": "system", "content": system_message(system_prompt, article)}
+    system = {"role": "system", "content": system_message(system_prompt, article, approved)}
     question_msg = {"role": "user", "content": question}
     # Count each turn once to find where to start, so a huge history costs one tokenization, not one per
     # dropped pair; the loop below then confirms with the real template (usually in one pass).

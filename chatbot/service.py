@@ -26,6 +26,7 @@ from decoding import (
 
 from .prompt import (
     DEFAULT_SYSTEM_PROMPT,
+    ApprovedAnswer,
     InputError,
     Prompt,
     Turn,
@@ -36,6 +37,9 @@ from .prompt import (
     prompt_hash,
 )
 from .stats import ArticleUse, ReferenceUse, ReplyStats
+
+# Which review states each grounding setting lets into a prompt.
+GROUNDING_REVIEWS = {"approved": ("approved",), "all": ("approved", "candidate"), "off": ()}
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,14 @@ class ChatSettings:
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     max_question_chars: int = 4000
     max_entries: int = 10000
+    # Grounding: the best eligible past answers go into the system message after the article, so the model
+    # answers a rewording the way staff approved, and LLMA can copy it. "approved" (the default) lets only
+    # staff-approved answers in; "all" also the model's unreviewed answers, which any customer's question
+    # shapes; "off" none. Rejected answers never enter a prompt.
+    grounding: str = "approved"
+    grounding_threshold: float = 0.6
+    grounding_answers: int = 1
+    grounding_token_budget: int = 384  # answer tokens the grounding may add to the prompt
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_new_tokens < self.context_window:
@@ -59,6 +71,12 @@ class ChatSettings:
             raise ValueError("similarity thresholds are cosine similarities in [-1, 1]")
         if self.references_k < 1 or self.max_question_chars < 1:
             raise ValueError("references_k and max_question_chars must be at least 1")
+        if self.grounding not in GROUNDING_REVIEWS:
+            raise ValueError(f"grounding must be one of {', '.join(GROUNDING_REVIEWS)}, not {self.grounding!r}")
+        if not -1.0 <= self.grounding_threshold <= 1.0:
+            raise ValueError("grounding_threshold is a cosine similarity in [-1, 1]")
+        if self.grounding_answers < 0 or self.grounding_token_budget < 0:
+            raise ValueError("grounding_answers and grounding_token_budget must not be negative")
 
 
 @dataclass(frozen=True)
@@ -108,7 +126,8 @@ class _Turn:
     prompt: Prompt
     article_id: str | None
     article_score: float | None
-    hits: list[Hit]
+    grounding: list[Hit]  # approved answers put into the prompt; also the first references
+    hits: list[Hit]  # every reference: the grounding first, then similar past answers
     context_key: str
     prompt_hash: str
     session_id: str
@@ -194,22 +213,47 @@ class ChatService:
         question = self._check_question(question)
         turns = parse_history(history, self.settings.max_question_chars * 4)
         article_id, article_text, article_score = self._pick_article(question)
+        grounding = self._pick_grounding(question)
         prompt = build_prompt(
             self.tokenizer, self.settings.system_prompt, article_text, turns, question,
             self.context_window - self.settings.max_new_tokens,
+            approved=[ApprovedAnswer(hit.question, hit.answer) for hit in grounding],
         )
         kept = turns[prompt.dropped_turns :]
-        hits = self.cache.lookup(
+        similar = self.cache.lookup(
             question, k=self.settings.references_k, threshold=self.settings.similarity_threshold,
             model_id=self.model_id,
         )
-        decode_settings = {"max_new_tokens": self.settings.max_new_tokens, "model": self.model_id}
+        grounded_ids = {hit.id for hit in grounding}
+        # The prompt's token ids hold the article and the grounding text, so an edited or newly approved
+        # answer changes the hash and can never be served from a stale exact hit.
+        decode_settings = {
+            "max_new_tokens": self.settings.max_new_tokens, "model": self.model_id,
+            "grounding": [[hit.id, hit.answer] for hit in grounding],
+        }
         return _Turn(
             question=question, history=kept, prompt=prompt, article_id=article_id, article_score=article_score,
-            hits=hits, context_key=context_key(kept),
+            grounding=grounding, hits=[*grounding, *(hit for hit in similar if hit.id not in grounded_ids)],
+            context_key=context_key(kept),
             prompt_hash=prompt_hash(str(prompt.ids), [article_id or ""], decode_settings),
             session_id=session_id,
         )
+
+    def _pick_grounding(self, question: str) -> list[Hit]:
+        """The most similar answers whose review state the grounding setting allows, within the token budget."""
+        reviews = GROUNDING_REVIEWS[self.settings.grounding]
+        if not reviews or self.settings.grounding_answers == 0:
+            return []
+        candidates = self.cache.lookup(
+            question, k=self.settings.grounding_answers, threshold=self.settings.grounding_threshold,
+            model_id=self.model_id, reviews=reviews,
+        )
+        chosen, budget = [], self.settings.grounding_token_budget
+        for hit in candidates:
+            if len(hit.answer_ids) <= budget:
+                chosen.append(hit)
+                budget -= len(hit.answer_ids)
+        return chosen
 
     def _check_question(self, question: object) -> str:
         if not isinstance(question, str):
@@ -305,6 +349,10 @@ class ChatService:
             tokens_per_forward_pass=round(n / result.forward_passes, 2) if result.forward_passes else None,
             references=tuple(
                 ReferenceUse(h.id, round(h.score, 3), copied_by_source.get(i, 0)) for i, h in enumerate(turn.hits)
+            ),
+            grounding=tuple(
+                ReferenceUse(h.id, round(h.score, 3), copied_by_source.get(i, 0))
+                for i, h in enumerate(turn.hits) if h.id in {g.id for g in turn.grounding}
             ),
             copied_from_prompt=copied_by_source.get(PROMPT_SOURCE, 0),
             copied_from_reply=copied_by_source.get(OUTPUT_SOURCE, 0),

@@ -34,6 +34,7 @@ class ReplyStats:
     copied_share: float  # copied_tokens / tokens
     tokens_per_forward_pass: float | None
     references: tuple[ReferenceUse, ...] = ()
+    grounding: tuple[ReferenceUse, ...] = ()  # approved answers put into the prompt (also among `references`)
     copied_from_prompt: int = 0
     copied_from_reply: int = 0
     article: ArticleUse | None = None
@@ -51,5 +52,6 @@ class ReplyStats:
     def from_json(cls, data: dict) -> "ReplyStats":
         fields = dict(data)
         fields["references"] = tuple(ReferenceUse(**ref) for ref in data.get("references", ()))
+        fields["grounding"] = tuple(ReferenceUse(**ref) for ref in data.get("grounding", ()))
         fields["article"] = ArticleUse(**data["article"]) if data.get("article") else None
         return cls(**{name: fields[name] for name in cls.__dataclass_fields__ if name in fields})
