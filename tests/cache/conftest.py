@@ -5,6 +5,7 @@ the session's throwaway PostgreSQL server (one database per data folder, so two 
 """
 
 import itertools
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -42,14 +43,17 @@ def store_url(backend: str, request) -> Callable[[Path], str]:
     """The database URL of the store for a data folder: SQLite inside it, or its own PostgreSQL database."""
     server = request.getfixturevalue("postgres") if backend == "postgresql" else None
     urls: dict[Path, str] = {}
+    lock = threading.Lock()  # replicas may be opened from several threads at once
 
     def url(data_dir: Path) -> str:
-        if data_dir not in urls:
-            if server is None:
-                urls[data_dir] = f"sqlite:///{data_dir / DB_FILE}"
-            else:
-                urls[data_dir] = server.create_database(f"cache_test_{next(_database_numbers)}")
-        return urls[data_dir]
+        with lock:
+            return urls.get(data_dir) or urls.setdefault(data_dir, new_url(data_dir))
+
+    def new_url(data_dir: Path) -> str:
+        if server is None:
+            data_dir.mkdir(parents=True, exist_ok=True)
+            return f"sqlite:///{data_dir / DB_FILE}"
+        return server.create_database(f"cache_test_{next(_database_numbers)}")
 
     return url
 
