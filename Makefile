@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 MODEL_DIR := models/SmolLM2-135M-Instruct
 STAMP := $(VENV)/.installed
 
-.PHONY: run test bench lint setup browser clean
+.PHONY: run test bench lint setup browser postgresql clean
 
 setup: $(STAMP) $(MODEL_DIR)/model.safetensors
 
@@ -27,10 +27,16 @@ browser:
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
 		|| echo "NOTE: could not install Debian's chromium; browser tests will be skipped"; }
 
+# The tests start a throwaway server of their own from these binaries (tests/postgres.py); none runs for good.
+postgresql:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null) \
+		|| echo "NOTE: could not install Debian's postgresql; the PostgreSQL and replica tests will be skipped"; }
+
 run: setup
 	$(BIN)/python app.py
 
-test: setup browser
+test: setup browser postgresql
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 # Every group, article and novel question once (one later wording per group): about 70 min on 2 cores.

@@ -144,11 +144,13 @@ class Change(Base):
 
 
 def create_db_engine(url: str) -> Engine:
-    """An engine for any SQLAlchemy URL; SQLite gets WAL, a busy timeout and foreign keys."""
-    engine = create_engine(url)
-    if engine.dialect.name == "sqlite":
+    """An engine for any SQLAlchemy URL; SQLite gets WAL, a busy timeout and foreign keys. A server
+    database (e.g. postgresql+psycopg://) gets pre-ping, so a restarted server costs no failed request."""
+    if url.startswith("sqlite"):
+        engine = create_engine(url)
         event.listen(engine, "connect", _configure_sqlite)
-    return engine
+        return engine
+    return create_engine(url, pool_pre_ping=True)
 
 
 @contextmanager
