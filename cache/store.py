@@ -485,7 +485,10 @@ class AnswerCache:
         seen = _read_seq(self._index_path.with_name(SEEN_FILE))
         with self._sessions() as session:
             entry_ids = set(session.scalars(select(Entry.id)))
-        if not rebuild and self._index_path.exists() and seen is not None and index.ids() == entry_ids:
+            latest = changes.latest(session)
+        # A number beyond the database's own means the file belongs to another database: rebuild then too.
+        in_step = seen is not None and seen <= latest and index.ids() == entry_ids
+        if not rebuild and self._index_path.exists() and in_step:
             self._index, self._seen_seq = index, seen
             self._catch_up()
             return

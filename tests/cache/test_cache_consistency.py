@@ -8,7 +8,7 @@ from cache_helpers import answer
 from sqlalchemy import create_engine, text
 
 from cache import VectorIndex
-from cache.store import INDEX_FILE
+from cache.store import INDEX_FILE, SEEN_FILE
 
 PASSWORD = "How do I reset my password?"
 PARAPHRASE = "I forgot my password, how can I change it?"
@@ -123,3 +123,13 @@ def test_a_changed_dim_reembeds_everything(open_cache, data_dir):
     real = open_cache(data_dir)
     assert [hit.id for hit in real.lookup(PARAPHRASE, k=1, threshold=0.5)] == [entry_id]
     assert saved_ids(data_dir) == {entry_id}
+
+
+def test_an_index_numbered_beyond_the_database_is_rebuilt(open_cache, embedder, data_dir, filled):
+    """Same ids but stale vectors and a change number the database never gave: from another database."""
+    index = VectorIndex.load(data_dir / INDEX_FILE, 384)
+    index.add([filled[0]], embedder.embed(["Which cheese goes with red wine?"]))
+    index.save(data_dir / INDEX_FILE)
+    (data_dir / SEEN_FILE).write_text("1000000")
+    cache = open_cache(data_dir)
+    assert [hit.id for hit in cache.lookup(PARAPHRASE, k=1, threshold=0.5)] == [filled[0]]
