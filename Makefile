@@ -6,7 +6,7 @@ MODEL_DIR := models/SmolLM2-135M-Instruct
 STAMP := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: run test test-fast bench lint setup dev browser clean
+.PHONY: run test test-fast bench lint setup dev browser postgresql clean
 
 setup: $(STAMP) $(MODEL_DIR)/model.safetensors
 
@@ -34,10 +34,16 @@ browser:
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
 		|| echo "NOTE: could not install Debian's chromium; browser tests will be skipped"; }
 
+# The tests start a throwaway server of their own from these binaries (tests/postgres.py); none runs for good.
+postgresql:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null) \
+		|| echo "NOTE: could not install Debian's postgresql; the PostgreSQL and replica tests will be skipped"; }
+
 run: setup
 	$(BIN)/python app.py
 
-test: setup dev browser
+test: setup dev browser postgresql
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 # The inner loop: no model decoding, no app server, no browser (about a minute).

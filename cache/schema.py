@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import fcntl
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     DateTime,
     Engine,
@@ -18,10 +22,13 @@ from sqlalchemy import (
     TypeDecorator,
     create_engine,
     event,
+    func,
+    select,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
+STARTUP_LOCK_KEY = 0x11A_CAC4E  # any constant: the PostgreSQL advisory lock replicas take while opening
 
 
 def utc_now() -> datetime:
@@ -116,12 +123,69 @@ class Setting(Base):
     value: Mapped[str] = mapped_column(Text)
 
 
+class ChangeCounter(Base):
+    """One row: the number of the newest change. Writers bump it first, so changes commit in number order."""
+
+    __tablename__ = "change_counter"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    seq: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class Change(Base):
+    """An entry or article written or deleted by change number `seq`; replicas replay these into their index."""
+
+    __tablename__ = "changes"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    seq: Mapped[int] = mapped_column(BigInteger, index=True)
+    entry_id: Mapped[int | None] = mapped_column(Integer)
+    article_id: Mapped[str | None] = mapped_column(String(255))
+
+
 def create_db_engine(url: str) -> Engine:
-    """An engine for any SQLAlchemy URL; SQLite gets WAL, a busy timeout and foreign keys."""
-    engine = create_engine(url)
-    if engine.dialect.name == "sqlite":
+    """An engine for any SQLAlchemy URL; SQLite gets WAL, a busy timeout and foreign keys. A server
+    database (e.g. postgresql+psycopg://) gets pre-ping, so a restarted server costs no failed request."""
+    if url.startswith("sqlite"):
+        engine = create_engine(url)
         event.listen(engine, "connect", _configure_sqlite)
-    return engine
+        return engine
+    return create_engine(url, pool_pre_ping=True)
+
+
+@contextmanager
+def startup_lock(engine: Engine) -> Iterator[None]:
+    """Held while a process creates or upgrades the schema, so replicas starting at once take turns
+    (two concurrent CREATE TABLEs collide): a PostgreSQL advisory lock, or a lock file beside a SQLite file."""
+    if engine.dialect.name == "postgresql":
+        with _advisory_lock(engine):
+            yield
+    elif engine.dialect.name == "sqlite" and engine.url.database not in (None, "", ":memory:"):
+        with open(f"{engine.url.database}.lock", "a") as lock_file:
+            fcntl.flock(lock_file, fcntl.LOCK_EX)  # released when the file closes
+            yield
+    else:
+        yield
+
+
+@contextmanager
+def _advisory_lock(engine: Engine) -> Iterator[None]:
+    with engine.connect() as connection:
+        connection.execute(select(func.pg_advisory_lock(STARTUP_LOCK_KEY)))
+        connection.commit()
+        try:
+            yield
+        finally:
+            connection.execute(select(func.pg_advisory_unlock(STARTUP_LOCK_KEY)))
+            connection.commit()
+
+
+def create_schema(engine: Engine) -> None:
+    """Create missing tables (new ones included, which is how older databases are upgraded) and the counter."""
+    Base.metadata.create_all(engine)
+    with engine.begin() as connection:
+        if connection.scalar(select(func.count()).select_from(ChangeCounter)) == 0:
+            connection.execute(ChangeCounter.__table__.insert().values(id=1, seq=0))
 
 
 def _configure_sqlite(dbapi_connection, _connection_record) -> None:

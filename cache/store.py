@@ -3,12 +3,19 @@
 The database is the source of truth. Writes commit the row (with its embedding) first and then update
 and atomically save the index; `open` rebuilds the index whenever its ids disagree with the database,
 and lookups drop index ids without a row, so a crash between the two writes loses nothing.
+
+Several processes (replicas) may share one database, each with its own index in its own data folder.
+Every entry or article write also logs a numbered change (cache/changes.py), and every lookup and article
+search first replays the changes committed since its last look. So a lookup sees every answer, edit and
+delete that any replica committed before the lookup began; a deleted entry is never served even before
+that, because lookups read the rows.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import threading
 from collections.abc import Callable, Iterable
 from datetime import datetime
@@ -18,7 +25,7 @@ import numpy as np
 from sqlalchemy import Engine, delete, func, or_, select, update
 from sqlalchemy.orm import Session, defer, sessionmaker
 
-from cache import dashboard, jsonl, rows
+from cache import changes, dashboard, jsonl, rows
 from cache.records import (
     ArticleHit,
     ArticleRecord,
@@ -30,7 +37,7 @@ from cache.records import (
     NewReply,
     ReplyRecord,
 )
-from cache.schema import Article, Base, Entry, Reply, Setting, create_db_engine, utc_now
+from cache.schema import Article, Entry, Reply, Setting, create_db_engine, create_schema, startup_lock, utc_now
 from cache.text import normalize_question
 from cache.vector_index import VectorIndex
 
@@ -38,6 +45,8 @@ __all__ = ["AnswerCache", "normalize_question"]
 
 DB_FILE = "cache.sqlite3"
 INDEX_FILE = "questions.faiss"
+SEEN_FILE = "questions.faiss.seq"  # the newest change number the saved index holds
+MAX_REPLAYED_IDS = 1000  # more changed entries than this at once: rebuild rather than a huge IN (...)
 SORT_COLUMNS = {"hits": Entry.hits, "uses": Entry.uses, "date": Entry.created_at}
 SORTS = (*SORT_COLUMNS, "speedup")
 
@@ -55,6 +64,7 @@ class AnswerCache:
         self.max_entries = max_entries
         self._index_path = index_path
         self._index = VectorIndex(dim)
+        self._seen_seq = 0  # the newest change number replayed into self._index
         self._lock = threading.RLock()  # guards index mutations and every write path
         self._articles: tuple[list[str], np.ndarray] = ([], np.zeros((0, dim), dtype=np.float32))
 
@@ -74,10 +84,11 @@ class AnswerCache:
         data_dir = Path(data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
         engine = create_db_engine(url or f"sqlite:///{data_dir / DB_FILE}")
-        Base.metadata.create_all(engine)
         cache = cls(engine, embed, dim, data_dir / INDEX_FILE, max_entries)
-        with cache._lock:
+        with startup_lock(engine), cache._lock:  # replicas starting at once create and re-embed one at a time
+            create_schema(engine)
             reembedded = cache._check_embedder(embedder_name)
+        with cache._lock:
             cache._sync_index(rebuild=reembedded)
             cache._refresh_articles()
         return cache
@@ -117,6 +128,7 @@ class AnswerCache:
             raise ValueError(f"k must be >= 1, got {k}")
         _check_threshold(threshold)
         query = self._embed([question])[0]  # (dim,)
+        self._catch_up()
         excluded = set(exclude_ids)
         want = k + len(excluded)
         while True:
@@ -148,7 +160,9 @@ class AnswerCache:
         vector = self._embed([new.question])  # (1, dim)
         with self._lock:
             with self._sessions.begin() as session:
+                seq = changes.begin(session)
                 entry_id = _upsert_entry(session, new, vector[0], utc_now()).id
+                changes.record(session, seq, entry_ids=[entry_id])
             self._index.add([entry_id], vector)
             self._evict_over_limit()
             self._save_index()
@@ -160,7 +174,9 @@ class AnswerCache:
         """Store a served turn; an `entry_id` whose entry was evicted meanwhile is stored as None."""
         with self._lock, self._sessions.begin() as session:
             entry_id = new.entry_id
-            if entry_id is not None and session.get(Entry, entry_id) is None:
+            # FOR KEY SHARE on PostgreSQL: a replica deleting the entry now waits until this reply is stored.
+            key_share = {"read": True, "key_share": True}
+            if entry_id is not None and session.get(Entry, entry_id, with_for_update=key_share) is None:
                 entry_id = None
             reply = Reply(
                 entry_id=entry_id,
@@ -219,14 +235,18 @@ class AnswerCache:
         vector = self._embed([_article_text(title, body)])[0]
         with self._lock:
             with self._sessions.begin() as session:
+                seq = changes.begin(session)
                 record = rows.article_record(_upsert_article(session, article_id, title, body, vector, utc_now()))
+                changes.record(session, seq, article_ids=[article_id])
             self._refresh_articles()
         return record
 
     def delete_article(self, article_id: str) -> bool:
         with self._lock:
             with self._sessions.begin() as session:
+                seq = changes.begin(session)
                 deleted = session.execute(delete(Article).where(Article.id == article_id)).rowcount > 0
+                changes.record(session, seq, article_ids=[article_id] if deleted else [])
             self._refresh_articles()
         return deleted
 
@@ -243,6 +263,7 @@ class AnswerCache:
     def best_article(self, question: str, threshold: float = 0.3) -> ArticleHit | None:
         """The article closest in meaning to `question`, if it scores >= `threshold`."""
         _check_threshold(threshold)
+        self._catch_up()
         article_ids, vectors = self._articles  # one snapshot: (n,) ids and (n, dim) vectors
         if not article_ids:
             return None
@@ -296,6 +317,7 @@ class AnswerCache:
         vector = self._embed([question]) if question is not None else None  # (1, dim)
         with self._lock:
             with self._sessions.begin() as session:
+                seq = changes.begin(session)
                 entry = _get_or_raise(session, Entry, entry_id)
                 if vector is not None:
                     entry.question = question
@@ -307,6 +329,7 @@ class AnswerCache:
                     entry.answer_ids = [int(i) for i in answer_ids]
                 entry.updated_at = utc_now()
                 updated = rows.cached_answer(entry)
+                changes.record(session, seq, entry_ids=[entry_id])
             if vector is not None:
                 self._index.add([entry_id], vector)
                 self._save_index()
@@ -316,7 +339,9 @@ class AnswerCache:
         """Delete the row first, then its vector; replies keep their text with entry_id set to None."""
         with self._lock:
             with self._sessions.begin() as session:
+                seq = changes.begin(session)
                 deleted = session.execute(delete(Entry).where(Entry.id == entry_id)).rowcount > 0
+                changes.record(session, seq, entry_ids=[entry_id] if deleted else [])
             if deleted:
                 self._index.remove([entry_id])
                 self._save_index()
@@ -339,11 +364,13 @@ class AnswerCache:
         article_vectors = self._embed([_article_text(item.title, item.body) for item in articles])
         with self._lock:
             with self._sessions.begin() as session:
+                seq = changes.begin(session)
                 vector_by_id = {}  # one vector per id: the file may repeat an exact key
                 for item, vector in zip(entries, entry_vectors, strict=True):
                     vector_by_id[_import_entry(session, item, vector).id] = vector
                 for item, vector in zip(articles, article_vectors, strict=True):
                     _upsert_article(session, item.id, item.title, item.body, vector, utc_now())
+                changes.record(session, seq, entry_ids=vector_by_id, article_ids=[item.id for item in articles])
             if vector_by_id:
                 self._index.add(list(vector_by_id), np.stack(list(vector_by_id.values())))
             self._evict_over_limit()
@@ -407,16 +434,22 @@ class AnswerCache:
     def _evict_over_limit(self) -> None:
         """Over max_entries, delete the least useful entries: fewest hits + uses, then least recently used."""
         with self._sessions.begin() as session:
+            if session.scalar(select(func.count(Entry.id))) <= self.max_entries:
+                return
+            seq = changes.begin(session)  # waits for other writers; one of them may have evicted meanwhile
             excess = session.scalar(select(func.count(Entry.id))) - self.max_entries
             if excess <= 0:
                 return
             usefulness = (Entry.hits + Entry.uses, Entry.last_used_at, Entry.id)
             victims = session.scalars(select(Entry.id).order_by(*usefulness).limit(excess)).all()
             session.execute(delete(Entry).where(Entry.id.in_(victims)))
+            changes.record(session, seq, entry_ids=victims)
         self._index.remove(victims)
 
     def _save_index(self) -> None:
+        """The index first, then the change number it holds: a crash between the two only replays more."""
         self._index.save(self._index_path)
+        _write_atomically(self._index_path.with_name(SEEN_FILE), str(self._seen_seq))
 
     def _check_embedder(self, embedder_name: str) -> bool:
         """If the stored vectors came from another embedder (dim or name), re-embed everything first."""
@@ -435,6 +468,7 @@ class AnswerCache:
 
     def _reembed_all(self) -> None:
         with self._sessions.begin() as session:
+            seq = changes.begin(session)
             entries = session.scalars(select(Entry)).all()
             for entry, vector in zip(entries, self._embed([e.question for e in entries]), strict=True):
                 entry.embedding = vector.tobytes()
@@ -442,17 +476,49 @@ class AnswerCache:
             texts = [_article_text(a.title, a.body) for a in articles]
             for article, vector in zip(articles, self._embed(texts), strict=True):
                 article.embedding = vector.tobytes()
+            changes.record(session, seq, [e.id for e in entries], [a.id for a in articles])
 
     def _sync_index(self, rebuild: bool) -> None:
-        """Use the saved index if it holds exactly the database's ids, else rebuild it from the rows."""
+        """Use the saved index if it holds exactly the database's ids (then replay the changes it has not
+        seen), else rebuild it from the rows."""
         index = VectorIndex.load(self._index_path, self.dim)
+        seen = _read_seq(self._index_path.with_name(SEEN_FILE))
         with self._sessions() as session:
             entry_ids = set(session.scalars(select(Entry.id)))
-        if not rebuild and self._index_path.exists() and index.ids() == entry_ids:
-            self._index = index
+            latest = changes.latest(session)
+        # A number beyond the database's own means the file belongs to another database: rebuild then too.
+        in_step = seen is not None and seen <= latest and index.ids() == entry_ids
+        if not rebuild and self._index_path.exists() and in_step:
+            self._index, self._seen_seq = index, seen
+            self._catch_up()
             return
-        self._index = self._stored_vectors_index()
+        self._rebuild_index()
+
+    def _rebuild_index(self) -> None:
+        with self._sessions() as session:
+            seq = changes.latest(session)  # read before the rows: later changes are replayed, harmlessly
+        self._index, self._seen_seq = self._stored_vectors_index(), seq
         self._save_index()
+
+    def _catch_up(self) -> None:
+        """Replay into the index and article vectors every change committed since the last look, by any
+        replica: one indexed query when nothing changed."""
+        with self._lock:
+            with self._sessions() as session:
+                feed = changes.read_since(session, self._seen_seq)
+                replay = feed.complete and len(feed.entry_ids) <= MAX_REPLAYED_IDS
+                ids = feed.entry_ids if replay else set()
+                stored = _embeddings(session, ids)
+            if not replay:
+                self._rebuild_index()
+                self._refresh_articles()
+                return
+            self._index.remove(ids - {row.id for row in stored})  # deleted meanwhile
+            if stored:
+                self._index.add([row.id for row in stored], np.stack([_vector(row.embedding) for row in stored]))
+            if feed.articles_changed:
+                self._refresh_articles()
+            self._seen_seq = feed.seq
 
     def _stored_vectors_index(self) -> VectorIndex:
         index = VectorIndex(self.dim)
@@ -555,6 +621,26 @@ def _vector(embedding: bytes) -> np.ndarray:
 
 def _cosine(query: np.ndarray, embedding: bytes) -> float:
     return float(np.clip(np.dot(query, _vector(embedding)), -1.0, 1.0))
+
+
+def _embeddings(session: Session, ids: set[int]) -> list:
+    """(id, embedding) rows of the entries among `ids` that still exist."""
+    if not ids:
+        return []
+    return session.execute(select(Entry.id, Entry.embedding).where(Entry.id.in_(ids))).all()
+
+
+def _read_seq(path: Path) -> int | None:
+    try:
+        return int(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    temp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    temp.write_text(text)
+    os.replace(temp, path)
 
 
 def _check_threshold(threshold: float) -> None:

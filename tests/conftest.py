@@ -62,3 +62,16 @@ def browser():
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         yield browser
         browser.close()
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """A throwaway PostgreSQL server for the whole session (tests/postgres.py); skips when none can start."""
+    from tests import postgres as pg
+
+    reason = pg.why_not_available()
+    if reason:
+        pytest.skip(reason)
+    server = pg.start_server()
+    yield server
+    server.stop()

@@ -1,4 +1,4 @@
-"""Adding, finding and administering cached answers, with the real embedder and SQLite."""
+"""Adding, finding and administering cached answers, with the real embedder, on SQLite and PostgreSQL."""
 
 import threading
 

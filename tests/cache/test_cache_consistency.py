@@ -1,14 +1,14 @@
 """The database is the source of truth: the FAISS file is rebuilt whenever it disagrees."""
 
-import sqlite3
 import zlib
 
 import numpy as np
 import pytest
 from cache_helpers import answer
+from sqlalchemy import create_engine, text
 
-from cache import AnswerCache, VectorIndex
-from cache.store import DB_FILE, INDEX_FILE
+from cache import VectorIndex
+from cache.store import INDEX_FILE, SEEN_FILE
 
 PASSWORD = "How do I reset my password?"
 PARAPHRASE = "I forgot my password, how can I change it?"
@@ -96,16 +96,18 @@ def test_a_crash_after_the_commit_loses_no_answer(open_cache, data_dir, monkeypa
     assert saved_ids(data_dir) == {hits[0].id}
 
 
-def test_a_row_deleted_behind_the_index_is_never_returned(cache, data_dir):
+def test_a_row_deleted_behind_the_index_is_never_returned(cache, data_dir, store_url):
     ghost = cache.add_answer(answer(PASSWORD))
     kept = cache.add_answer(answer(PASSWORD + " I am locked out"))
-    with sqlite3.connect(data_dir / DB_FILE) as connection:  # as if we crashed before updating the index
-        connection.execute("DELETE FROM entries WHERE id = ?", (ghost,))
+    engine = create_engine(store_url(data_dir))
+    with engine.begin() as connection:  # as if we crashed before updating the index, and logged nothing
+        connection.execute(text("DELETE FROM entries WHERE id = :id"), {"id": ghost})
+    engine.dispose()
     assert [hit.id for hit in cache.lookup(PASSWORD, k=4, threshold=-1)] == [kept]
 
 
 def test_a_changed_embedder_reembeds_everything(open_cache, embedder, data_dir):
-    fake = AnswerCache.open(data_dir, fake_embed(384), 384, embedder_name="fake")
+    fake = open_cache(data_dir, embed=fake_embed(384), dim=384, embedder_name="fake")
     entry_id = fake.add_answer(answer(PASSWORD))
     fake.upsert_article("reset", "Resetting your password", "Use the forgot password link.")
     fake.close()
@@ -115,9 +117,19 @@ def test_a_changed_embedder_reembeds_everything(open_cache, embedder, data_dir):
 
 
 def test_a_changed_dim_reembeds_everything(open_cache, data_dir):
-    small = AnswerCache.open(data_dir, fake_embed(8), 8)
+    small = open_cache(data_dir, embed=fake_embed(8), dim=8)
     entry_id = small.add_answer(answer(PASSWORD))
     small.close()
     real = open_cache(data_dir)
     assert [hit.id for hit in real.lookup(PARAPHRASE, k=1, threshold=0.5)] == [entry_id]
     assert saved_ids(data_dir) == {entry_id}
+
+
+def test_an_index_numbered_beyond_the_database_is_rebuilt(open_cache, embedder, data_dir, filled):
+    """Same ids but stale vectors and a change number the database never gave: from another database."""
+    index = VectorIndex.load(data_dir / INDEX_FILE, 384)
+    index.add([filled[0]], embedder.embed(["Which cheese goes with red wine?"]))
+    index.save(data_dir / INDEX_FILE)
+    (data_dir / SEEN_FILE).write_text("1000000")
+    cache = open_cache(data_dir)
+    assert [hit.id for hit in cache.lookup(PARAPHRASE, k=1, threshold=0.5)] == [filled[0]]

@@ -1,0 +1,97 @@
+"""Two caches on one database, each with its own index folder, as two app replicas run: they stay in step."""
+
+import threading
+
+from cache_helpers import answer
+
+from cache import AnswerCache
+
+PASSWORD = "How do I reset my password?"
+PARAPHRASE = "I forgot my password, how can I change it?"
+INVOICES = "Where can I download my invoices?"
+
+
+def open_pair(open_cache, tmp_path) -> tuple[AnswerCache, AnswerCache]:
+    """Replica a and replica b: separate data folders, a's database shared."""
+    return open_cache(tmp_path / "a"), open_cache(tmp_path / "b", store=tmp_path / "a")
+
+
+def test_an_answer_stored_by_one_replica_is_found_by_the_other(open_cache, tmp_path):
+    a, b = open_pair(open_cache, tmp_path)
+    entry_id = a.add_answer(answer(PASSWORD, "Use the link."))
+    assert [hit.id for hit in b.lookup(PARAPHRASE, threshold=0.5)] == [entry_id]
+    assert b.find_exact(PASSWORD, "", "model-a", "").answer == "Use the link."
+
+
+def test_a_delete_on_one_replica_stops_the_other_using_it(open_cache, tmp_path):
+    a, b = open_pair(open_cache, tmp_path)
+    gone = a.add_answer(answer(PASSWORD))
+    kept = a.add_answer(answer(PASSWORD + " I am locked out"))
+    assert {hit.id for hit in b.lookup(PASSWORD, threshold=-1)} == {gone, kept}
+    assert a.delete_entry(gone)
+    assert [hit.id for hit in b.lookup(PASSWORD, threshold=-1)] == [kept]
+    assert indexed_ids(b) == {kept}  # dropped from b's own index too, not only filtered out
+
+
+def test_an_edit_on_one_replica_reaches_the_other(open_cache, tmp_path):
+    a, b = open_pair(open_cache, tmp_path)
+    entry_id = a.add_answer(answer(INVOICES))
+    assert b.lookup(PARAPHRASE, threshold=0.5) == []
+    a.update_entry(entry_id, question=PASSWORD, answer="new", answer_ids=[7])
+    hits = b.lookup(PARAPHRASE, threshold=0.5)
+    assert [(hit.id, hit.answer, hit.answer_ids) for hit in hits] == [(entry_id, "new", [7])]
+
+
+def test_articles_written_and_deleted_on_one_replica_reach_the_other(open_cache, tmp_path):
+    a, b = open_pair(open_cache, tmp_path)
+    a.upsert_article("reset", "Resetting your password", "Choose 'Forgot password' on the sign-in page.")
+    assert b.best_article(PARAPHRASE).id == "reset"
+    a.delete_article("reset")
+    assert b.best_article(PARAPHRASE, threshold=-1) is None
+
+
+def test_a_replica_reopened_after_missing_changes_replays_them(open_cache, tmp_path):
+    a, b = open_pair(open_cache, tmp_path)
+    moved = a.add_answer(answer(INVOICES))
+    b.lookup(INVOICES)  # b catches up on a's answer...
+    own = b.add_answer(answer("How do I delete my account?"))  # ...and saves it with its own
+    b.close()  # b is down while a edits the question: b's saved index still holds the old vector
+    a.update_entry(moved, question=PASSWORD)
+    reopened = open_cache(tmp_path / "b", store=tmp_path / "a")
+    assert [hit.id for hit in reopened.lookup(PARAPHRASE, k=1, threshold=0.5)] == [moved]
+    assert indexed_ids(reopened) == {moved, own}
+
+
+def test_replicas_opening_at_once_and_writing_at_once_lose_nothing(open_cache, tmp_path):
+    """Four replicas start together on a new database (schema created once), then all write the same and
+    their own questions concurrently: every own question is stored once, each shared one exactly once."""
+    replicas: list[AnswerCache] = [None] * 4
+    errors: list[Exception] = []
+
+    def run(number: int) -> None:
+        try:
+            replicas[number] = cache = open_cache(tmp_path / f"r{number}", store=tmp_path / "shared")
+            for n in range(6):
+                cache.add_answer(answer(f"Question {n} from replica {number}?"))
+                cache.add_answer(answer(f"Shared question {n}?", f"from replica {number}"))
+        except Exception as error:  # any failure (duplicate table, deadlock, ...) fails the test below
+            errors.append(error)
+
+    threads = [threading.Thread(target=run, args=(number,)) for number in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    questions = sorted(entry.question for entry in replicas[0].list_entries(limit=100).entries)
+    expected = [f"Question {n} from replica {r}?" for r in range(4) for n in range(6)]
+    assert questions == sorted(expected + [f"Shared question {n}?" for n in range(6)])
+    stored_ids = {entry.id for entry in replicas[0].list_entries(limit=100).entries}
+    for replica in replicas:
+        replica.lookup(PASSWORD)  # catch up
+        assert indexed_ids(replica) == stored_ids
+
+
+def indexed_ids(cache: AnswerCache) -> set[int]:
+    """The ids in a cache's in-memory index (what its lookups search), not its saved file."""
+    return cache._index.ids()
