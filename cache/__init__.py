@@ -2,6 +2,7 @@
 
 from cache.embedder import Embedder
 from cache.records import (
+    REVIEW_STATES,
     ArticleHit,
     ArticleRecord,
     CachedAnswer,
@@ -18,6 +19,7 @@ from cache.text import normalize_question
 from cache.vector_index import IndexHit, VectorIndex
 
 __all__ = [
+    "REVIEW_STATES",
     "AnswerCache",
     "ArticleHit",
     "ArticleRecord",

@@ -13,9 +13,14 @@ from cache.text import normalize_question
 TOP_QUESTIONS = 10
 
 
-class ReplyRow(Protocol):
+class Timing(Protocol):
+    speedup: float | None
+    seconds: float | None
+    greedy_seconds: float | None
+
+
+class ReplyRow(Timing, Protocol):
     question: str
-    stats: dict
     reference_entry_ids: list[int]
     exact_hit: bool
     feedback: int | None
@@ -27,7 +32,7 @@ def summarize(replies: Sequence[ReplyRow], entries: int, articles: int) -> Dashb
     exact_hits = sum(1 for reply in replies if reply.exact_hit)
     referenced = sum(1 for reply in replies if reply.reference_entry_ids)
     unreferenced = [reply for reply in replies if not reply.exact_hit and not reply.reference_entry_ids]
-    speedups = [s for s in (number_stat(reply.stats, "speedup") for reply in replies) if s is not None]
+    speedups = [reply.speedup for reply in replies if reply.speedup is not None]
     return DashboardStats(
         entries=entries,
         articles=articles,
@@ -37,7 +42,7 @@ def summarize(replies: Sequence[ReplyRow], entries: int, articles: int) -> Dashb
         reference_hit_rate=referenced / count if count else 0.0,
         mean_speedup=statistics.fmean(speedups) if speedups else None,
         median_speedup=statistics.median(speedups) if speedups else None,
-        seconds_saved=sum(seconds_saved(reply.stats) for reply in replies),
+        seconds_saved=sum(seconds_saved(reply) for reply in replies),
         positive_feedback=sum(1 for reply in replies if reply.feedback == 1),
         negative_feedback=sum(1 for reply in replies if reply.feedback == -1),
         top_questions=top_questions(replies),
@@ -55,10 +60,11 @@ def top_questions(replies: Sequence[ReplyRow], limit: int = TOP_QUESTIONS) -> li
     return [QuestionCount(first_asked[key], n) for key, n in counts.most_common(limit)]
 
 
-def seconds_saved(stats: dict) -> float:
+def seconds_saved(reply: Timing) -> float:
     """Estimated greedy time minus the time the reply took; 0 when either is unknown."""
-    greedy, actual = number_stat(stats, "greedy_seconds_estimate"), number_stat(stats, "seconds")
-    return greedy - actual if greedy is not None and actual is not None else 0.0
+    if reply.greedy_seconds is None or reply.seconds is None:
+        return 0.0
+    return reply.greedy_seconds - reply.seconds
 
 
 def number_stat(stats: dict, key: str) -> float | None:

@@ -7,7 +7,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from cache.records import ArticleRecord, CachedAnswer, NewAnswer
+from cache.dashboard import number_stat
+from cache.records import REVIEW_STATES, ArticleRecord, CachedAnswer, NewAnswer
 
 _REQUIRED = object()
 
@@ -40,6 +41,7 @@ def entry_line(entry: CachedAnswer) -> dict:
         "prompt_hash": entry.prompt_hash,
         "article_ids": entry.article_ids,
         "stats": entry.stats,
+        "review": entry.review,
         "hits": entry.hits,
         "uses": entry.uses,
         "created_at": entry.created_at.isoformat(),
@@ -74,6 +76,7 @@ def parse_lines(lines: Iterable[str]) -> tuple[list[ImportedEntry], list[Importe
 
 
 def _parse_entry(record: dict) -> ImportedEntry:
+    stats = _field(record, "stats", dict, {})
     answer = NewAnswer(
         question=_field(record, "question", str),
         answer=_field(record, "answer", str),
@@ -83,7 +86,9 @@ def _parse_entry(record: dict) -> ImportedEntry:
         context_key=_field(record, "context_key", str, ""),
         prompt_hash=_field(record, "prompt_hash", str, ""),
         article_ids=_str_list(_field(record, "article_ids", list, []), "article_ids"),
-        stats=_field(record, "stats", dict, {}),
+        stats=stats,
+        review=_review(record),
+        speedup=number_stat(stats, "speedup"),
     )
     return ImportedEntry(
         answer=answer,
@@ -108,6 +113,13 @@ def _field(record: dict, name: str, kind: type, default=_REQUIRED):
     if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
         raise ValueError(f"field {name!r} should be a {kind.__name__}")
     return value
+
+
+def _review(record: dict) -> str:
+    review = _field(record, "review", str, "candidate")
+    if review not in REVIEW_STATES:
+        raise ValueError(f"field 'review' must be one of {', '.join(REVIEW_STATES)}")
+    return review
 
 
 def _int_list(values: list, name: str) -> list[int]:

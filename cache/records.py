@@ -19,6 +19,11 @@ class NewAnswer:
     prompt_hash: str = ""
     article_ids: list[str] = field(default_factory=list)
     stats: dict = field(default_factory=dict)
+    review: str = "candidate"
+    speedup: float | None = None
+
+
+REVIEW_STATES = ("approved", "candidate", "rejected")
 
 
 @dataclass(frozen=True)
@@ -34,6 +39,8 @@ class CachedAnswer:
     prompt_hash: str
     article_ids: list[str]
     stats: dict
+    review: str
+    speedup: float | None
     created_at: datetime
     updated_at: datetime
     last_used_at: datetime
@@ -50,6 +57,7 @@ class Hit:
     answer: str
     answer_ids: list[int]
     score: float
+    review: str = "candidate"
 
 
 @dataclass(frozen=True)
@@ -67,6 +75,11 @@ class NewReply:
     entry_id: int | None = None
     history: list = field(default_factory=list)
     stats: dict = field(default_factory=dict)
+    speedup: float | None = None
+    seconds: float | None = None
+    greedy_seconds: float | None = None
+    prompt_ids: list[int] | None = None
+    token_ids: list[int] | None = None
     reference_entry_ids: list[int] = field(default_factory=list)
     exact_hit: bool = False
     session_id: str = ""
@@ -80,6 +93,11 @@ class ReplyRecord:
     answer: str
     history: list
     stats: dict
+    speedup: float | None
+    seconds: float | None
+    greedy_seconds: float | None
+    prompt_ids: list[int] | None
+    token_ids: list[int] | None
     reference_entry_ids: list[int]
     exact_hit: bool
     feedback: int | None

@@ -23,7 +23,10 @@ from sqlalchemy import (
     create_engine,
     event,
     func,
+    inspect,
     select,
+    text,
+    update,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -72,7 +75,11 @@ class Entry(Base):
     prompt_hash: Mapped[str] = mapped_column(String(255), default="")
     article_ids: Mapped[list[str]] = mapped_column(JSON)
     embedding: Mapped[bytes] = mapped_column(LargeBinary)  # float32 bytes, so the index can be rebuilt
-    stats: Mapped[dict] = mapped_column(JSON)
+    stats: Mapped[dict] = mapped_column(JSON)  # the reply's stats as the chat service wrote them, for display
+    # "approved" (by staff, edited by staff, or imported as approved), "candidate" (the model's own, unreviewed)
+    # or "rejected" (never used to guide a reply).
+    review: Mapped[str] = mapped_column(String(16), default="candidate", server_default="candidate", index=True)
+    speedup: Mapped[float | None] = mapped_column(Float, index=True)  # of the reply that stored it, for sorting
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utc_now)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utc_now)
     last_used_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utc_now)
@@ -90,7 +97,12 @@ class Reply(Base):
     question: Mapped[str] = mapped_column(Text)
     answer: Mapped[str] = mapped_column(Text)
     history: Mapped[list] = mapped_column(JSON)
-    stats: Mapped[dict] = mapped_column(JSON)
+    stats: Mapped[dict] = mapped_column(JSON)  # for display; the dashboard reads the columns below
+    speedup: Mapped[float | None] = mapped_column(Float)
+    seconds: Mapped[float | None] = mapped_column(Float)
+    greedy_seconds: Mapped[float | None] = mapped_column(Float)  # the estimate the speedup was computed from
+    prompt_ids: Mapped[list[int] | None] = mapped_column(JSON)  # so that Verify can rerun exactly this decode
+    token_ids: Mapped[list[int] | None] = mapped_column(JSON)
     reference_entry_ids: Mapped[list[int]] = mapped_column(JSON)
     exact_hit: Mapped[bool] = mapped_column(Boolean, default=False)
     feedback: Mapped[int | None] = mapped_column(Integer)
@@ -181,11 +193,61 @@ def _advisory_lock(engine: Engine) -> Iterator[None]:
 
 
 def create_schema(engine: Engine) -> None:
-    """Create missing tables (new ones included, which is how older databases are upgraded) and the counter."""
+    """Create missing tables and columns (which is how older databases are upgraded) and the counter.
+
+    Callers hold `startup_lock`, so two replicas never add the same column at once.
+    """
     Base.metadata.create_all(engine)
+    added = add_missing_columns(engine)
+    if added:
+        backfill_timing_columns(engine, added)
     with engine.begin() as connection:
         if connection.scalar(select(func.count()).select_from(ChangeCounter)) == 0:
             connection.execute(ChangeCounter.__table__.insert().values(id=1, seq=0))
+
+
+def add_missing_columns(engine: Engine) -> set[str]:
+    """ALTER TABLE ... ADD COLUMN for every mapped column an older database lacks; returns "table.column" names.
+
+    New columns are nullable or have a server default, so existing rows stay valid.
+    """
+    existing = inspect(engine)
+    added = set()
+    with engine.begin() as connection:
+        for table in Base.metadata.sorted_tables:
+            have = {column["name"] for column in existing.get_columns(table.name)}
+            for column in table.columns:
+                if column.name in have:
+                    continue
+                kind = column.type.compile(dialect=engine.dialect)
+                default = f" DEFAULT '{column.server_default.arg}'" if column.server_default is not None else ""
+                connection.execute(text(f'ALTER TABLE {table.name} ADD COLUMN "{column.name}" {kind}{default}'))
+                added.add(f"{table.name}.{column.name}")
+    return added
+
+
+def backfill_timing_columns(engine: Engine, added: set[str]) -> None:
+    """Fill the speedup and timing columns just added from the stats JSON the rows already hold."""
+    with engine.begin() as connection:
+        if "entries.speedup" in added:
+            for row in connection.execute(select(Entry.id, Entry.stats)).all():
+                speedup = _number(row.stats, "speedup")
+                connection.execute(update(Entry).where(Entry.id == row.id).values(speedup=speedup))
+        if "replies.speedup" in added:
+            for row in connection.execute(select(Reply.id, Reply.stats)).all():
+                stats = row.stats if isinstance(row.stats, dict) else {}
+                connection.execute(
+                    update(Reply).where(Reply.id == row.id).values(
+                        speedup=_number(stats, "speedup"), seconds=_number(stats, "seconds"),
+                        greedy_seconds=_number(stats, "greedy_seconds_estimate"),
+                        prompt_ids=stats.get("prompt_ids"), token_ids=stats.get("token_ids"),
+                    )
+                )
+
+
+def _number(stats: object, key: str) -> float | None:
+    value = stats.get(key) if isinstance(stats, dict) else None
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 def _configure_sqlite(dbapi_connection, _connection_record) -> None:

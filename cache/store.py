@@ -17,7 +17,8 @@ import json
 import math
 import os
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from sqlalchemy.orm import Session, defer, sessionmaker
 
 from cache import changes, dashboard, jsonl, rows
 from cache.records import (
+    REVIEW_STATES,
     ArticleHit,
     ArticleRecord,
     CachedAnswer,
@@ -47,8 +49,8 @@ DB_FILE = "cache.sqlite3"
 INDEX_FILE = "questions.faiss"
 SEEN_FILE = "questions.faiss.seq"  # the newest change number the saved index holds
 MAX_REPLAYED_IDS = 1000  # more changed entries than this at once: rebuild rather than a huge IN (...)
-SORT_COLUMNS = {"hits": Entry.hits, "uses": Entry.uses, "date": Entry.created_at}
-SORTS = (*SORT_COLUMNS, "speedup")
+SORT_COLUMNS = {"hits": Entry.hits, "uses": Entry.uses, "date": Entry.created_at, "speedup": Entry.speedup}
+SORTS = tuple(SORT_COLUMNS)
 
 Embed = Callable[[list[str]], np.ndarray]
 
@@ -122,8 +124,12 @@ class AnswerCache:
         threshold: float = 0.5,
         model_id: str | None = None,
         exclude_ids: Iterable[int] = (),
+        reviews: Sequence[str] | None = None,
     ) -> list[Hit]:
-        """Up to `k` past answers whose questions score >= `threshold` against `question`, best first."""
+        """Up to `k` past answers whose questions score >= `threshold` against `question`, best first.
+
+        `reviews` keeps only entries in those review states (None: any state).
+        """
         if k < 1:
             raise ValueError(f"k must be >= 1, got {k}")
         _check_threshold(threshold)
@@ -136,7 +142,7 @@ class AnswerCache:
                 candidates = self._index.search(query, want)
                 indexed = len(self._index)
             ids = [c.id for c in candidates if c.score >= threshold and c.id not in excluded]
-            hits = self._hits_for(ids, query, threshold, model_id)
+            hits = self._hits_for(ids, query, threshold, model_id, reviews)
             exhausted = want >= indexed or not candidates or candidates[-1].score < threshold
             if len(hits) >= k or exhausted:
                 return hits[:k]
@@ -184,6 +190,11 @@ class AnswerCache:
                 answer=new.answer,
                 history=list(new.history),
                 stats=dict(new.stats),
+                speedup=new.speedup,
+                seconds=new.seconds,
+                greedy_seconds=new.greedy_seconds,
+                prompt_ids=[int(i) for i in new.prompt_ids] if new.prompt_ids is not None else None,
+                token_ids=[int(i) for i in new.token_ids] if new.token_ids is not None else None,
                 reference_entry_ids=[int(i) for i in new.reference_entry_ids],
                 exact_hit=new.exact_hit,
                 feedback=None,
@@ -283,25 +294,35 @@ class AnswerCache:
             return rows.cached_answer(entry) if entry is not None else None
 
     def list_entries(
-        self, search: str = "", sort: str = "date", descending: bool = True, limit: int = 50, offset: int = 0
+        self,
+        search: str = "",
+        sort: str = "date",
+        descending: bool = True,
+        limit: int = 50,
+        offset: int = 0,
+        review: str | None = None,
     ) -> EntryPage:
-        """One page of entries whose question or answer contains `search` (plain text, any case)."""
+        """One page of entries whose question or answer contains `search` (plain text, any case), optionally
+        only those in one review state."""
         if sort not in SORTS:
             raise ValueError(f"sort must be one of {SORTS}, got {sort!r}")
         _check_page(limit, offset)
         matches = select(Entry).options(defer(Entry.embedding))
+        if review is not None:
+            _check_review(review)
+            matches = matches.where(Entry.review == review)
         if search:
             matches = matches.where(
                 or_(Entry.question.icontains(search, autoescape=True), Entry.answer.icontains(search, autoescape=True))
             )
         with self._sessions() as session:
             total = session.scalar(select(func.count()).select_from(matches.subquery()))
-            if sort == "speedup":  # stats is JSON: sort in Python rather than with dialect-specific SQL
-                entries = _by_speedup(session.scalars(matches).all(), descending)[offset : offset + limit]
-            else:
-                column = SORT_COLUMNS[sort]
-                order = (column.desc(), Entry.id.desc()) if descending else (column.asc(), Entry.id.asc())
-                entries = session.scalars(matches.order_by(*order).limit(limit).offset(offset)).all()
+            column = SORT_COLUMNS[sort]
+            order = (column.desc(), Entry.id.desc()) if descending else (column.asc(), Entry.id.asc())
+            # Entries with no speedup (imported, seeded) come last either way, on every database.
+            entries = session.scalars(
+                matches.order_by(column.is_(None), *order).limit(limit).offset(offset)
+            ).all()
             return EntryPage([rows.cached_answer(entry) for entry in entries], total)
 
     def update_entry(
@@ -310,8 +331,11 @@ class AnswerCache:
         question: str | None = None,
         answer: str | None = None,
         answer_ids: list[int] | None = None,
+        review: str | None = None,
     ) -> CachedAnswer:
         """Edit an entry; a new question is re-embedded. Raises KeyError for an unknown id."""
+        if review is not None:
+            _check_review(review)
         if answer is not None and answer_ids is None:
             raise ValueError("a new answer needs its answer_ids too: the cache cannot tokenize")
         vector = self._embed([question]) if question is not None else None  # (1, dim)
@@ -327,6 +351,8 @@ class AnswerCache:
                     entry.answer = answer
                 if answer_ids is not None:
                     entry.answer_ids = [int(i) for i in answer_ids]
+                if review is not None:
+                    entry.review = review
                 entry.updated_at = utc_now()
                 updated = rows.cached_answer(entry)
                 changes.record(session, seq, entry_ids=[entry_id])
@@ -334,6 +360,21 @@ class AnswerCache:
                 self._index.add([entry_id], vector)
                 self._save_index()
         return updated
+
+    def set_review(self, entry_ids: Iterable[int], review: str) -> int:
+        """Put entries into a review state (approve or reject, one or in bulk); returns how many exist.
+
+        Lookups read the state from the rows, so every replica sees it at once: no index change is needed.
+        """
+        _check_review(review)
+        ids = sorted({int(i) for i in entry_ids})
+        if not ids:
+            return 0
+        with self._lock, self._sessions.begin() as session:
+            return session.execute(
+                update(Entry).where(Entry.id.in_(ids)).values(review=review, updated_at=utc_now())
+                .execution_options(synchronize_session=False)
+            ).rowcount
 
     def delete_entry(self, entry_id: int) -> bool:
         """Delete the row first, then its vector; replies keep their text with entry_id set to None."""
@@ -357,9 +398,14 @@ class AnswerCache:
         Path(path).write_text(text, encoding="utf-8")
         return len(lines)
 
-    def import_jsonl(self, path: str | Path) -> int:
-        """Add (or update) the records of an export in one transaction; a bad line imports nothing."""
+    def import_jsonl(self, path: str | Path, approve: bool = False) -> int:
+        """Add (or update) the records of an export in one transaction; a bad line imports nothing.
+
+        `approve` marks every imported answer approved, whatever review state the file gives it.
+        """
         entries, articles = jsonl.parse_lines(Path(path).read_text(encoding="utf-8").splitlines())
+        if approve:
+            entries = [replace(item, answer=replace(item.answer, review="approved")) for item in entries]
         entry_vectors = self._embed([item.answer.question for item in entries])  # (n, dim)
         article_vectors = self._embed([_article_text(item.title, item.body) for item in articles])
         with self._lock:
@@ -383,7 +429,10 @@ class AnswerCache:
             entries = session.scalar(select(func.count(Entry.id)))
             articles = session.scalar(select(func.count(Article.id)))
             replies = session.execute(
-                select(Reply.question, Reply.stats, Reply.reference_entry_ids, Reply.exact_hit, Reply.feedback)
+                select(
+                    Reply.question, Reply.speedup, Reply.seconds, Reply.greedy_seconds, Reply.reference_entry_ids,
+                    Reply.exact_hit, Reply.feedback,
+                )
             ).all()
         return dashboard.summarize(replies, entries, articles)
 
@@ -391,13 +440,16 @@ class AnswerCache:
         """One point per reply, oldest first: created_at, speedup and tokens_per_forward_pass (or None),
         and seconds_saved against plain greedy decoding (0 when unknown)."""
         with self._sessions() as session:
-            points = session.execute(select(Reply.created_at, Reply.stats).order_by(Reply.created_at, Reply.id))
+            points = session.execute(
+                select(Reply.created_at, Reply.speedup, Reply.seconds, Reply.greedy_seconds, Reply.stats)
+                .order_by(Reply.created_at, Reply.id)
+            )
             return [
                 {
                     "created_at": row.created_at,
-                    "speedup": dashboard.number_stat(row.stats, "speedup"),
+                    "speedup": row.speedup,
                     "tokens_per_forward_pass": dashboard.number_stat(row.stats, "tokens_per_forward_pass"),
-                    "seconds_saved": dashboard.seconds_saved(row.stats),
+                    "seconds_saved": dashboard.seconds_saved(row),
                 }
                 for row in points
             ]
@@ -414,16 +466,22 @@ class AnswerCache:
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)  # (n, 1)
         return vectors / np.maximum(norms, 1e-12)
 
-    def _hits_for(self, ids: list[int], query: np.ndarray, threshold: float, model_id: str | None) -> list[Hit]:
+    def _hits_for(
+        self, ids: list[int], query: np.ndarray, threshold: float, model_id: str | None, reviews: Sequence[str] | None
+    ) -> list[Hit]:
         """Rows for index candidates, scored from the stored embedding; ids without a row drop out."""
         if not ids:
             return []
         statement = select(Entry).where(Entry.id.in_(ids))
         if model_id is not None:
             statement = statement.where(Entry.model_id == model_id)
+        if reviews is not None:
+            statement = statement.where(Entry.review.in_(list(reviews)))
         with self._sessions() as session:
             entries = session.scalars(statement).all()
-        hits = [Hit(e.id, e.question, e.answer, list(e.answer_ids), _cosine(query, e.embedding)) for e in entries]
+        hits = [
+            Hit(e.id, e.question, e.answer, list(e.answer_ids), _cosine(query, e.embedding), e.review) for e in entries
+        ]
         return sorted((hit for hit in hits if hit.score >= threshold), key=lambda hit: (-hit.score, hit.id))
 
     def _replies(self, statement, limit: int | None = None, offset: int = 0) -> list[ReplyRecord]:
@@ -555,9 +613,12 @@ def _upsert_entry(session: Session, new: NewAnswer, vector: np.ndarray, now: dat
     """The entry with the same exact key, updated, or a new one; flushed so it has an id."""
     normalized = normalize_question(new.question)
     entry = _find_entry(session, normalized, new.context_key, new.model_id, new.prompt_hash)
-    if entry is None:
+    # An approved answer is never overwritten by other text: staff approved those words, not the new ones.
+    if entry is None or (entry.review == "approved" and entry.answer != new.answer):
         entry = Entry(created_at=now, hits=0, uses=0)
         session.add(entry)
+    if entry.answer != new.answer or entry.review is None:
+        entry.review = new.review  # a review was of the old text; the same text keeps its review
     entry.question = new.question
     entry.normalized_question = normalized
     entry.context = new.context
@@ -568,6 +629,7 @@ def _upsert_entry(session: Session, new: NewAnswer, vector: np.ndarray, now: dat
     entry.prompt_hash = new.prompt_hash
     entry.article_ids = [str(i) for i in new.article_ids]
     entry.stats = dict(new.stats)
+    entry.speedup = new.speedup
     entry.embedding = vector.astype(np.float32).tobytes()
     entry.updated_at = entry.last_used_at = now
     session.flush()
@@ -577,6 +639,7 @@ def _upsert_entry(session: Session, new: NewAnswer, vector: np.ndarray, now: dat
 def _import_entry(session: Session, item: jsonl.ImportedEntry, vector: np.ndarray) -> Entry:
     now = utc_now()
     entry = _upsert_entry(session, item.answer, vector, now)
+    entry.review = item.answer.review  # the file's word on the review counts, even for unchanged text
     entry.hits, entry.uses = item.hits, item.uses
     entry.created_at = item.created_at or entry.created_at
     entry.last_used_at = item.last_used_at or now
@@ -603,12 +666,9 @@ def _get_or_raise(session: Session, model: type, key):
     return row
 
 
-def _by_speedup(entries: list[Entry], descending: bool) -> list[Entry]:
-    """Entries sorted by stats["speedup"]; those without one always come last."""
-    measured = [e for e in entries if dashboard.number_stat(e.stats, "speedup") is not None]
-    unmeasured = [e for e in entries if dashboard.number_stat(e.stats, "speedup") is None]
-    measured.sort(key=lambda e: (dashboard.number_stat(e.stats, "speedup"), e.id), reverse=descending)
-    return measured + unmeasured
+def _check_review(review: str) -> None:
+    if review not in REVIEW_STATES:
+        raise ValueError(f"review must be one of {', '.join(REVIEW_STATES)}, not {review!r}")
 
 
 def _article_text(title: str, body: str) -> str:

@@ -3,7 +3,7 @@
 The records the services return are re-exported here, so that the web UI needs no import from `cache`.
 """
 
-from cache import ArticleRecord, CachedAnswer, DashboardStats, EntryPage, QuestionCount, ReplyRecord
+from cache import REVIEW_STATES, ArticleRecord, CachedAnswer, DashboardStats, EntryPage, QuestionCount, ReplyRecord
 
 from .admin import AdminService
 from .prompt import InputError
@@ -11,6 +11,7 @@ from .service import ChatService, ChatSettings, Reply, ReplyReferences, Span, Ve
 from .stats import ArticleUse, ReferenceUse, ReplyStats
 
 __all__ = [
+    "REVIEW_STATES",
     "AdminService",
     "ArticleUse",
     "ArticleRecord",

@@ -3,7 +3,7 @@ and JSONL import/export. The web UI calls this, never the cache itself."""
 
 from pathlib import Path
 
-from cache import AnswerCache, ArticleRecord, CachedAnswer, DashboardStats, EntryPage, ReplyRecord
+from cache import REVIEW_STATES, AnswerCache, ArticleRecord, CachedAnswer, DashboardStats, EntryPage, ReplyRecord
 
 from .prompt import InputError
 from .service import ChatService, Verification
@@ -16,10 +16,27 @@ class AdminService:
     # --- cached answers ----------------------------------------------------------------------------
 
     def list_entries(
-        self, search: str = "", sort: str = "date", descending: bool = True, limit: int = 50, offset: int = 0
+        self,
+        search: str = "",
+        sort: str = "date",
+        descending: bool = True,
+        limit: int = 50,
+        offset: int = 0,
+        review: str | None = None,
     ) -> EntryPage:
-        """One page of entries whose question or answer contains `search`; `sort` is one of cache.SORTS."""
-        return self.cache.list_entries(search, sort, descending, limit=limit, offset=offset)
+        """One page of entries whose question or answer contains `search`; `sort` is one of cache.SORTS;
+        `review` keeps one review state (None: all)."""
+        return self.cache.list_entries(search, sort, descending, limit=limit, offset=offset, review=review)
+
+    def set_review(self, entry_ids: list[int], review: str) -> int:
+        """Approve or reject entries (or send them back to candidate); returns how many exist.
+
+        Only approved answers guide replies from inside the prompt under the default grounding; a
+        customer's thumbs-up approves nothing.
+        """
+        if review not in REVIEW_STATES:
+            raise InputError(f"The review state must be one of {', '.join(REVIEW_STATES)}.")
+        return self.cache.set_review(entry_ids, review)
 
     def get_entry(self, entry_id: int) -> CachedAnswer | None:
         return self.cache.get_entry(entry_id)
@@ -41,7 +58,8 @@ class AdminService:
             changes.update(answer=answer, answer_ids=self._answer_ids(answer))
         if not changes:
             return False
-        self.cache.update_entry(entry.id, **changes)
+        # Staff wrote or checked these words: an edited answer is approved.
+        self.cache.update_entry(entry.id, **changes, review="approved")
         return True
 
     def delete_entry(self, entry_id: int) -> bool:
@@ -99,6 +117,9 @@ class AdminService:
         """Write every cached answer and article to `path` as JSON Lines; returns the number of lines."""
         return self.cache.export_jsonl(path)
 
-    def import_jsonl(self, path: str | Path) -> int:
-        """Add or update the records of an export in one transaction; ValueError (nothing imported) on a bad line."""
-        return self.cache.import_jsonl(path)
+    def import_jsonl(self, path: str | Path, approve: bool = False) -> int:
+        """Add or update the records of an export in one transaction; ValueError (nothing imported) on a bad line.
+
+        `approve` marks every imported answer approved; otherwise each keeps the review state in the file.
+        """
+        return self.cache.import_jsonl(path, approve=approve)

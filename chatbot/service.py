@@ -306,6 +306,7 @@ class ChatService:
                 question=turn.question, answer=text, answer_ids=list(result.tokens), model_id=self.model_id,
                 context=_context_text(turn.history), context_key=turn.context_key, prompt_hash=turn.prompt_hash,
                 article_ids=[turn.article_id] if turn.article_id else [], stats=stats.to_json(),
+                speedup=stats.speedup,
             )
         )
         used = {self._hit_for_source(turn, run.source) for run in result.copied_runs} - {None}
@@ -318,12 +319,13 @@ class ChatService:
     def _record(
         self, turn: _Turn, entry_id: int, text: str, stats: ReplyStats, tokens: list[int], exact_hit: bool
     ) -> int:
-        # The prompt and reply token ids are kept with the reply so `verify` can rerun exactly this decode.
-        stored = {**stats.to_json(), "prompt_ids": turn.prompt.ids, "token_ids": list(tokens)}
         return self.cache.record_reply(
             NewReply(
                 question=turn.question, answer=text, entry_id=entry_id,
-                history=[{"role": t.role, "content": t.content} for t in turn.history], stats=stored,
+                history=[{"role": t.role, "content": t.content} for t in turn.history], stats=stats.to_json(),
+                speedup=stats.speedup, seconds=stats.seconds, greedy_seconds=stats.greedy_seconds_estimate,
+                # The prompt and reply token ids are kept so that `verify` can rerun exactly this decode.
+                prompt_ids=turn.prompt.ids, token_ids=list(tokens),
                 reference_entry_ids=[h.id for h in turn.hits], exact_hit=exact_hit, session_id=turn.session_id,
             )
         )
@@ -402,13 +404,13 @@ class ChatService:
         reply = self.cache.get_reply(reply_id)
         if reply is None:
             raise KeyError(f"no reply {reply_id}")
-        prompt_ids, tokens = reply.stats.get("prompt_ids"), reply.stats.get("token_ids")
+        prompt_ids, tokens = reply.prompt_ids, reply.token_ids
         if not prompt_ids or tokens is None:
             raise ValueError(f"reply {reply_id} was stored without its prompt; it cannot be verified")
         with self._model_lock:
             greedy = greedy_generate(self.model, prompt_ids, len(tokens) or 1, self.eos_token_id)
         identical = greedy.tokens == tokens
-        reply_seconds = max(float(reply.stats.get("seconds", 0.0)), 1e-6)
+        reply_seconds = max(reply.seconds or 0.0, 1e-6)
         speedup = greedy.seconds / reply_seconds
         self.cache.set_verification(reply_id, identical, speedup)
         return Verification(reply_id, identical, greedy.seconds, reply_seconds, speedup)

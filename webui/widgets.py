@@ -35,7 +35,7 @@ def reply_row(reply: ReplyRecord) -> list:
     measured = round(reply.measured_speedup, 2) if reply.measured_speedup is not None else None
     return [
         reply.id, utc_time(reply.created_at, seconds=True), shorten(reply.question), reply.exact_hit,
-        reply.stats.get("speedup"), feedback, VERIFIED_LABELS[reply.verified], measured,
+        reply.speedup, feedback, VERIFIED_LABELS[reply.verified], measured,
     ]
 
 

@@ -119,8 +119,8 @@ def test_sql_in_questions_and_searches_is_plain_text(cache):
 
 
 def test_list_entries_sorts_and_pages(cache):
-    slow = cache.add_answer(answer("Question one?", stats={"speedup": 1.2}))
-    fast = cache.add_answer(answer("Question two?", stats={"speedup": 3.0}))
+    slow = cache.add_answer(answer("Question one?", speedup=1.2))
+    fast = cache.add_answer(answer("Question two?", speedup=3.0))
     unmeasured = cache.add_answer(answer("Question three?"))
     cache.find_exact("Question one?", "", "model-a", "")
     cache.mark_used([fast, fast])

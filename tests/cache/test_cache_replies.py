@@ -11,7 +11,7 @@ def reply(question: str = "How do I reset my password?", **fields) -> NewReply:
 
 
 def test_feedback_and_verification_are_stored(cache):
-    reply_id = cache.record_reply(reply(stats={"speedup": 2.0}, session_id="s1"))
+    reply_id = cache.record_reply(reply(stats={"speedup": 2.0}, speedup=2.0, session_id="s1"))
     cache.set_feedback(reply_id, -1, "wrong link")
     cache.set_verification(reply_id, identical=True, measured_speedup=1.8)
     stored = cache.get_reply(reply_id)
@@ -47,10 +47,10 @@ def test_replies_are_listed_newest_first_and_outlive_their_entry(cache):
 
 def test_dashboard_counts_rates_speedups_and_savings(cache):
     entry_id = cache.add_answer(answer("How do I reset my password?"))
-    timing = {"seconds": 1.0, "greedy_seconds_estimate": 3.0}
-    cache.record_reply(reply(entry_id=entry_id, exact_hit=True, stats={"speedup": 4.0, **timing}))
-    cache.record_reply(reply("how do I reset my password", reference_entry_ids=[entry_id], stats={"speedup": 2.0}))
-    no_refs = cache.record_reply(reply("Where is my invoice?", stats={"speedup": 1.0, **timing}))
+    timing = {"seconds": 1.0, "greedy_seconds": 3.0}
+    cache.record_reply(reply(entry_id=entry_id, exact_hit=True, speedup=4.0, **timing))
+    cache.record_reply(reply("how do I reset my password", reference_entry_ids=[entry_id], speedup=2.0))
+    no_refs = cache.record_reply(reply("Where is my invoice?", speedup=1.0, **timing))
     cache.set_feedback(no_refs, -1)
     stats = cache.dashboard_stats()
     assert (stats.entries, stats.articles, stats.replies, stats.exact_hits) == (1, 0, 3, 1)
@@ -69,8 +69,7 @@ def test_an_empty_dashboard_has_no_speedups(cache):
 
 
 def test_reply_series_gives_plot_points_oldest_first(cache):
-    timing = {"seconds": 1.0, "greedy_seconds_estimate": 2.5}
-    cache.record_reply(reply(stats={"speedup": 2.0, "tokens_per_forward_pass": 3.5, **timing}))
+    cache.record_reply(reply(stats={"tokens_per_forward_pass": 3.5}, speedup=2.0, seconds=1.0, greedy_seconds=2.5))
     cache.record_reply(reply(stats={}))
     series = cache.reply_series()
     assert [(p["speedup"], p["tokens_per_forward_pass"]) for p in series] == [(2.0, 3.5), (None, None)]

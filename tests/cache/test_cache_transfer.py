@@ -11,7 +11,9 @@ from cache_helpers import answer
 def exported(open_cache, tmp_path):
     source = open_cache(tmp_path / "source")
     entry_id = source.add_answer(
-        answer("How do I reset my password?", "Use the link.", article_ids=["reset"], stats={"speedup": 2.5})
+        answer(
+            "How do I reset my password?", "Use the link.", article_ids=["reset"], stats={"speedup": 2.5}, speedup=2.5
+        )
     )
     source.add_answer(answer("'; DROP TABLE entries; --", "Plain text.", context="[]", context_key="k"))
     source.find_exact("How do I reset my password?", "", "model-a", "")

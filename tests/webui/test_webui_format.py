@@ -20,6 +20,7 @@ def entry(entry_id: int, question: str, answer: str) -> CachedAnswer:
     return CachedAnswer(
         id=entry_id, question=question, normalized_question=question.lower(), context="", context_key="",
         answer=answer, answer_ids=[1], model_id="m", prompt_hash="", article_ids=[], stats={},
+        review="candidate", speedup=None,
         created_at=now, updated_at=now, last_used_at=now, hits=0, uses=0,
     )
 
