@@ -9,7 +9,8 @@ from webui.widgets import REPLY_COLUMNS, reply_row, shorten
 def reply(**fields) -> ReplyRecord:
     values = dict(
         id=5, entry_id=1, question="How do I\n  reset it?", answer="a", history=[], stats={},
-        speedup=1.7, seconds=1.0, greedy_seconds=1.7, prompt_ids=[1], token_ids=[2], reference_entry_ids=[], exact_hit=False, feedback=None, feedback_reason="", verified=None,
+        speedup=1.7, seconds=1.0, greedy_seconds=1.7, prompt_ids=[1], token_ids=[2],
+        reference_entry_ids=[], exact_hit=False, feedback=None, feedback_reason="", verified=None,
         measured_speedup=None, session_id="", created_at=datetime(2026, 11, 1, 9, 30, 15, tzinfo=UTC),
     )
     return ReplyRecord(**{**values, **fields})
