@@ -5,7 +5,7 @@ from pathlib import Path
 
 from cache import REVIEW_STATES, AnswerCache, ArticleRecord, CachedAnswer, DashboardStats, EntryPage, ReplyRecord
 
-from .prompt import InputError
+from .prompt import InputError, answer_token_ids
 from .service import ChatService, Verification
 
 
@@ -55,7 +55,7 @@ class AdminService:
         if question != entry.question:
             changes["question"] = question
         if answer != entry.answer:
-            changes.update(answer=answer, answer_ids=self._answer_ids(answer))
+            changes.update(answer=answer, answer_ids=answer_token_ids(self.chat.tokenizer, answer))
         if not changes:
             return False
         # Staff wrote or checked these words: an edited answer is approved.
@@ -65,11 +65,6 @@ class AdminService:
     def delete_entry(self, entry_id: int) -> bool:
         """Delete an entry; its replies stay, no longer linked to it. False when there was no such entry."""
         return self.cache.delete_entry(entry_id)
-
-    def _answer_ids(self, answer: str) -> list[int]:
-        """Token ids of an edited answer as decoding copies them: the text, then end of sequence."""
-        tokenizer = self.chat.tokenizer
-        return [*tokenizer(answer, add_special_tokens=False)["input_ids"], tokenizer.eos_token_id]
 
     # --- served replies ----------------------------------------------------------------------------
 

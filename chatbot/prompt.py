@@ -122,6 +122,11 @@ def _turns_that_do_not_fit(tokenizer, system: dict, question: dict, history: lis
     return first
 
 
+def answer_token_ids(tokenizer, answer: str) -> list[int]:
+    """Token ids of a written answer as decoding copies them: the text, then end of sequence."""
+    return [*tokenizer(answer, add_special_tokens=False)["input_ids"], tokenizer.eos_token_id]
+
+
 def encode_messages(tokenizer, messages: list[dict]) -> list[int]:
     encoded = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True)
     return list(encoded["input_ids"])

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from cache import AnswerCache, Embedder, NewAnswer, NewReply
 from cache.records import ArticleRecord, CachedAnswer, Hit
+from data import StaffAnswer, load_articles, load_staff_answers
 from decoding import (
     OUTPUT_SOURCE,
     PROMPT_SOURCE,
@@ -30,6 +31,7 @@ from .prompt import (
     InputError,
     Prompt,
     Turn,
+    answer_token_ids,
     build_prompt,
     clean_text,
     context_key,
@@ -133,6 +135,32 @@ class _Turn:
     session_id: str
 
 
+@dataclass(frozen=True)
+class Seed:
+    """What a fresh install starts with: help articles (id -> "Title\nbody") and approved staff answers."""
+
+    articles: dict[str, str] = field(default_factory=dict)
+    answers: list[StaffAnswer] = field(default_factory=list)
+
+    @classmethod
+    def shipped(cls) -> "Seed":
+        return cls(load_articles(), load_staff_answers())
+
+
+def seed_help_centre(cache: AnswerCache, tokenizer, model_id: str, seed: Seed) -> None:
+    """Store the seed's articles, and its answers as approved entries that can guide replies at once."""
+    for article_id, text in seed.articles.items():
+        title, _, body = text.partition("\n")
+        cache.upsert_article(article_id, title.strip(), body.strip())
+    for staff in seed.answers:
+        cache.add_answer(
+            NewAnswer(
+                question=staff.question, answer=staff.answer, answer_ids=answer_token_ids(tokenizer, staff.answer),
+                model_id=model_id, article_ids=[staff.article], review="approved",
+            )
+        )
+
+
 class ChatService:
     def __init__(self, model, tokenizer, cache: AnswerCache, settings: ChatSettings, cost: CostCurve, model_id: str):
         self.model, self.tokenizer, self.cache, self.settings = model, tokenizer, cache, settings
@@ -151,12 +179,12 @@ class ChatService:
         db_url: str | None = None,
         threads: int | None = None,
         settings: ChatSettings | None = None,
-        seed_articles: dict[str, str] | None = None,
+        seed: Seed | None = None,
     ) -> "ChatService":
         """Load the model (the bundled one by default), then open the service on it."""
         model, tokenizer = load_model(model_path, threads=threads)
         model_id = str(model_path or "SmolLM2-135M-Instruct")
-        return cls.open(model, tokenizer, model_id, data_dir, db_url, settings, seed_articles)
+        return cls.open(model, tokenizer, model_id, data_dir, db_url, settings, seed)
 
     @classmethod
     def open(
@@ -167,10 +195,11 @@ class ChatService:
         data_dir: str | Path = "var",
         db_url: str | None = None,
         settings: ChatSettings | None = None,
-        seed_articles: dict[str, str] | None = None,
+        seed: Seed | None = None,
         cost: CostCurve | None = None,
     ) -> "ChatService":
-        """Open embedder and cache around a loaded model; seed the knowledge base on first start."""
+        """Open embedder and cache around a loaded model; seed the help centre on first start (the shipped
+        articles and staff-written approved answers unless `seed` says otherwise)."""
         settings = settings or ChatSettings()
         data_dir = Path(data_dir)
         embedder = Embedder.load()
@@ -178,14 +207,8 @@ class ChatService:
             data_dir, embed=embedder.embed, dim=embedder.dim, url=db_url, max_entries=settings.max_entries,
             embedder_name=embedder.name,
         )
-        if seed_articles is None:
-            from data import load_articles
-
-            seed_articles = load_articles()
-        if not cache.list_articles():
-            for article_id, text in seed_articles.items():
-                title, _, body = text.partition("\n")
-                cache.upsert_article(article_id, title.strip(), body.strip())
+        if not cache.list_articles():  # a fresh install
+            seed_help_centre(cache, tokenizer, model_id, seed if seed is not None else Seed.shipped())
         cost = cost or load_or_measure(model, data_dir / "cost_curves.json")
         return cls(model, tokenizer, cache, settings, cost, model_id)
 

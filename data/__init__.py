@@ -80,3 +80,27 @@ def example_questions(count: int = 6) -> list[str]:
     """The first wording of each of the first `count` question groups shipped in data/questions.jsonl."""
     groups = group_questions(load_questions())
     return [wordings[0].question for wordings in list(groups.values())[:count]]
+
+
+@dataclass(frozen=True)
+class StaffAnswer:
+    """A staff-written, reviewed answer to a question group's first wording, shipped as approved."""
+
+    group: str
+    question: str
+    answer: str
+    article: str
+
+
+def load_staff_answers(path: str | Path = DATA_DIR / "approved_answers.jsonl") -> list[StaffAnswer]:
+    """The shipped approved answers; ValueError names the first bad line."""
+    answers = []
+    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            answers.append(StaffAnswer(**{key: str(row[key]) for key in ("group", "question", "answer", "article")}))
+        except (ValueError, KeyError, TypeError) as err:
+            raise ValueError(f"{path}:{number}: {err}") from err
+    return answers
