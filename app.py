@@ -2,7 +2,7 @@
 
 import sys
 from pathlib import Path
-from typing import NoReturn
+from typing import Literal, NoReturn
 
 import uvicorn
 from pydantic import SecretStr, ValidationError
@@ -29,6 +29,10 @@ class Settings(BaseSettings):
     references_k: int = ChatSettings.references_k
     similarity_threshold: float = ChatSettings.similarity_threshold
     use_knowledge_base: bool = ChatSettings.use_knowledge_base
+    grounding: Literal["approved", "all", "off"] = ChatSettings.grounding
+    grounding_threshold: float = ChatSettings.grounding_threshold
+    grounding_answers: int = ChatSettings.grounding_answers
+    grounding_token_budget: int = ChatSettings.grounding_token_budget
     admin_user: str = "admin"
     admin_password: SecretStr | None = None  # None: a random one is made and printed at start
 
@@ -36,6 +40,8 @@ class Settings(BaseSettings):
         return ChatSettings(
             max_new_tokens=self.max_new_tokens, references_k=self.references_k,
             similarity_threshold=self.similarity_threshold, use_knowledge_base=self.use_knowledge_base,
+            grounding=self.grounding, grounding_threshold=self.grounding_threshold,
+            grounding_answers=self.grounding_answers, grounding_token_budget=self.grounding_token_budget,
         )
 
 

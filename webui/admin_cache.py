@@ -1,21 +1,25 @@
-"""Admin tab: browse, search, open, edit and delete cached answers."""
+"""Admin tab: browse, search, open, edit, approve, reject and delete cached answers."""
 
 from dataclasses import dataclass
 
 import gradio as gr
 
-from chatbot import AdminService, CachedAnswer, InputError
+from chatbot import REVIEW_STATES, AdminService, CachedAnswer, InputError
 
 from .auth import PRIVATE, AdminLogin
 from .widgets import REPLY_COLUMNS, confirmed_delete, hidden_button, reply_row, row_picker, shorten, utc_time
 
 PAGE_SIZE = 20
 SORTS = ["date", "hits", "speedup", "uses"]
-ENTRY_COLUMNS = ["id", "question", "answer", "hits", "uses", "speedup", "created (UTC)"]
-ENTRY_WIDTHS = ["5%", "30%", "40%", "5%", "5%", "7%", "8%"]
+REVIEW_FILTERS = ["all", *REVIEW_STATES]
+ENTRY_COLUMNS = ["id", "review", "question", "answer", "hits", "uses", "speedup", "created (UTC)"]
+ENTRY_WIDTHS = ["5%", "8%", "27%", "37%", "5%", "5%", "6%", "7%"]
 NOTICE = (
-    "**Editing a cached answer can change only speed, never what the bot answers** (replies are always "
-    "verified against the model's own greedy choices)."
+    "**Approved** answers guide replies: the most similar one is put into the prompt of a reworded question, "
+    "so approving or editing an answer (an edit approves it) changes what the bot says to such questions. "
+    "**Candidate** (the model's own, unreviewed) and **rejected** answers can change only speed, never what the "
+    "bot answers. Every reply is still exactly the model's greedy reply to its prompt. A customer's thumbs-up "
+    "approves nothing."
 )
 
 
@@ -40,6 +44,7 @@ class CacheBrowser:
             search = gr.Textbox(label="Search questions and answers", scale=4, elem_id="cache-search")
             sort = gr.Dropdown(SORTS, value="date", label="Sort by", scale=1)
             descending = gr.Checkbox(value=True, label="Descending", scale=1)
+            review = gr.Dropdown(REVIEW_FILTERS, value="all", label="Review state", scale=1, elem_id="review-filter")
             go = gr.Button("Search", scale=1)
         table = gr.Dataframe(
             headers=ENTRY_COLUMNS, interactive=False, wrap=True, column_widths=ENTRY_WIDTHS, elem_id="cache-table"
@@ -47,12 +52,29 @@ class CacheBrowser:
         with gr.Row():
             prev, info, nxt = gr.Button("◀ Previous"), gr.Markdown(), gr.Button("Next ▶")
         page = gr.State(0)
-        self.query, self.page, self.table_outputs = [search, sort, descending], page, [table, info, page]
+        self.query, self.page, self.table_outputs = [search, sort, descending, review], page, [table, info, page]
         go.click(self.list_page, [*self.query, page, gr.State(0)], self.table_outputs, api_name="list_entries")
-        for trigger, step in ((search.submit, 0), (prev.click, -1), (nxt.click, 1)):
+        for trigger, step in ((search.submit, 0), (prev.click, -1), (nxt.click, 1), (review.change, 0)):
             trigger(self.list_page, [*self.query, page, gr.State(step)], self.table_outputs, **PRIVATE)
+        self._bulk_review()
         self._entry_panel(table)
         return table
+
+    def _bulk_review(self) -> None:
+        with gr.Row():
+            ids = gr.Textbox(label="Entry ids to review, e.g. 3, 7, 10-14", scale=4, elem_id="bulk-ids")
+            approve = gr.Button("Approve", scale=1, elem_id="bulk-approve")
+            reject = gr.Button("Reject", scale=1, elem_id="bulk-reject")
+        status = gr.Markdown(elem_id="bulk-status")
+        approve.click(self.review_entries, [ids, gr.State("approved")], [status], **PRIVATE).then(
+            self.list_page, [*self.query, self.page, gr.State(0)], self.table_outputs, **PRIVATE
+        )
+        reject.click(self.review_entries, [ids, gr.State("rejected")], [status], **PRIVATE).then(
+            self.list_page, [*self.query, self.page, gr.State(0)], self.table_outputs, **PRIVATE
+        )
+        # The same for API clients, with the state as a parameter.
+        state = gr.Dropdown(list(REVIEW_STATES), value="approved", visible=False)
+        gr.Button(visible=False).click(self.review_entries, [ids, state], [status], api_name="review_entries")
 
     def _entry_panel(self, table: gr.Dataframe) -> None:
         gr.Markdown("### Entry")
@@ -74,8 +96,14 @@ class CacheBrowser:
 
     def _edit_buttons(self, view: EntryView) -> None:
         with gr.Row():
-            save = gr.Button("Save changes", variant="primary")
+            save = gr.Button("Save changes (approves the answer)", variant="primary")
+            approve = gr.Button("Approve", elem_id="entry-approve")
+            reject = gr.Button("Reject", elem_id="entry-reject")
             confirm = confirmed_delete("Delete entry")
+        for button, review in ((approve, "approved"), (reject, "rejected")):
+            button.click(self.review_one, [view.entry_id, gr.State(review)], [view.status], **PRIVATE).then(
+                self.list_page, [*self.query, self.page, gr.State(0)], self.table_outputs, **PRIVATE
+            )
         save.click(self.save_entry, [view.entry_id, view.question, view.answer], [view.status], api_name="edit_entry")
         confirm.click(self.delete_entry, [view.entry_id], [view.status, confirm], api_name="delete_entry").then(
             self.list_page, [*self.query, self.page, gr.State(0)], self.table_outputs, **PRIVATE
@@ -83,14 +111,19 @@ class CacheBrowser:
 
     # --- handlers ----------------------------------------------------------------------------------
 
-    def list_page(self, search: str, sort: str, descending: bool, page: int, step: int, request: gr.Request):
+    def list_page(
+        self, search: str, sort: str, descending: bool, review: str, page: int, step: int, request: gr.Request
+    ):
         """One page of entries; `step` moves a page back (-1) or forward (1), 0 stays (or starts over)."""
         self.login.require(request)
-        total = self.admin.list_entries(search, sort, descending, limit=1).total
+        state = None if review in (None, "", "all") else review
+        total = self.admin.list_entries(search, sort, descending, limit=1, review=state).total
         last = max(0, (total - 1) // PAGE_SIZE)
         page = min(max(0, page + step), last)
-        entries = self.admin.list_entries(search, sort, descending, limit=PAGE_SIZE, offset=page * PAGE_SIZE)
-        info = f"Page {page + 1} of {last + 1} · {total} entries"
+        entries = self.admin.list_entries(
+            search, sort, descending, limit=PAGE_SIZE, offset=page * PAGE_SIZE, review=state
+        )
+        info = f"Page {page + 1} of {last + 1} · {total} entries" + (f" ({state})" if state else "")
         return [_entry_row(e) for e in entries.entries], info, page
 
     def open_entry(self, entry_id: float | None, request: gr.Request):
@@ -100,7 +133,9 @@ class CacheBrowser:
         if entry is None:
             return "", "", None, [], f"No entry with id {entry_id}."
         replies = [reply_row(r) for r in self.admin.replies_for_entry(entry.id)]
-        status = f"Entry #{entry.id}: {entry.hits} exact hits, used {entry.uses} times as a reference."
+        status = (
+            f"Entry #{entry.id} ({entry.review}): {entry.hits} exact hits, used {entry.uses} times as a reference."
+        )
         return entry.question, entry.answer, entry.stats, replies, status
 
     def save_entry(self, entry_id: float | None, question: str, answer: str, request: gr.Request) -> str:
@@ -115,6 +150,24 @@ class CacheBrowser:
             return str(err)
         return f"Saved entry #{int(entry_id)}." if changed else "Nothing changed."
 
+    def review_entries(self, ids: str, review: str, request: gr.Request) -> str:
+        """Approve or reject the entries named in `ids` ("3, 7, 10-14")."""
+        self.login.require(request)
+        try:
+            entry_ids = parse_ids(ids)
+            found = self.admin.set_review(entry_ids, review)
+        except (ValueError, InputError) as err:
+            return str(err)
+        missing = len(entry_ids) - found
+        note = f" ({missing} of the ids name no entry)" if missing else ""
+        return f"{review.capitalize()} {found} entr{'y' if found == 1 else 'ies'}{note}."
+
+    def review_one(self, entry_id: float | None, review: str, request: gr.Request) -> str:
+        self.login.require(request)
+        if not entry_id or not self.admin.set_review([int(entry_id)], review):
+            return f"No entry with id {entry_id}."
+        return f"Entry #{int(entry_id)} is now {review}."
+
     def delete_entry(self, entry_id: float | None, request: gr.Request):
         self.login.require(request)
         deleted = bool(entry_id) and self.admin.delete_entry(int(entry_id))
@@ -123,8 +176,25 @@ class CacheBrowser:
 
 
 def _entry_row(entry: CachedAnswer) -> list:
-    speedup = entry.stats.get("speedup")
     return [
-        entry.id, shorten(entry.question), shorten(entry.answer), entry.hits, entry.uses,
-        speedup if isinstance(speedup, int | float) else None, utc_time(entry.created_at),
+        entry.id, entry.review, shorten(entry.question), shorten(entry.answer), entry.hits, entry.uses,
+        entry.speedup, utc_time(entry.created_at),
     ]
+
+
+def parse_ids(text: str, limit: int = 10_000) -> list[int]:
+    """Entry ids from "3, 7, 10-14"; ValueError with a message fit to show for anything else."""
+    ids: list[int] = []
+    for part in (p.strip() for p in (text or "").replace(";", ",").split(",")):
+        if not part:
+            continue
+        first, _, last = part.partition("-")
+        if not first.strip().isdigit() or (last and not last.strip().isdigit()):
+            raise ValueError(f"Not an entry id or range: {part!r}. Write ids like 3, 7, 10-14.")
+        low, high = int(first), int(last or first)
+        if high < low or high - low >= limit:
+            raise ValueError(f"The range {part} is reversed or too long.")
+        ids.extend(range(low, high + 1))
+    if not ids:
+        raise ValueError("Enter at least one entry id.")
+    return ids

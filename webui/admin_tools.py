@@ -64,7 +64,8 @@ class Transfer:
     def build(self) -> None:
         gr.Markdown(
             "Export writes every cached answer and help article as JSON Lines. Import adds or updates the records "
-            "of such a file in one transaction: a bad line imports nothing."
+            "of such a file in one transaction: a bad line imports nothing. Each answer keeps the review state the "
+            "file gives it (candidate when none), unless you mark them all approved."
         )
         with gr.Row():
             with gr.Column():
@@ -72,10 +73,11 @@ class Transfer:
                 exported = gr.File(label="Export", interactive=False, elem_id="export-file")
             with gr.Column():
                 upload = gr.File(label="JSONL file to import", file_types=[".jsonl"], elem_id="import-file")
+                approve = gr.Checkbox(value=False, label="Mark imported answers approved", elem_id="import-approve")
                 run_import = gr.Button("Import")
                 status = gr.Markdown(elem_id="import-status")
         export.click(self.export, None, [exported], api_name="export")
-        run_import.click(self.import_file, [upload], [status], api_name="import")
+        run_import.click(self.import_file, [upload, approve], [status], api_name="import")
 
     def export(self, request: gr.Request) -> str:
         self.login.require(request)
@@ -83,12 +85,12 @@ class Transfer:
         self.admin.export_jsonl(path)
         return str(path)
 
-    def import_file(self, path: str | None, request: gr.Request) -> str:
+    def import_file(self, path: str | None, approve: bool, request: gr.Request) -> str:
         self.login.require(request)
         if not path:
             return "Choose a .jsonl file first."
         try:
-            count = self.admin.import_jsonl(path)
+            count = self.admin.import_jsonl(path, approve=bool(approve))
         except (ValueError, UnicodeDecodeError) as err:
             return f"Nothing imported: {escape_markup(str(err))}"
         return f"Imported {count} records."

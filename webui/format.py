@@ -48,7 +48,14 @@ def stats_line(stats: ReplyStats) -> str:
         f"{stats.copied_share:.0%} copied",
         f"{passes} forward pass{'' if passes == 1 else 'es'}",
     ]
+    parts += [grounding_label(use, stats.tokens) for use in stats.grounding]
     return " · ".join(parts)
+
+
+def grounding_label(use: ReferenceUse, reply_tokens: int) -> str:
+    """Which approved answer was in the prompt, and how much of the reply was copied from it."""
+    share = use.copied / reply_tokens if reply_tokens else 0.0
+    return f"guided by approved answer #{use.id} ({share:.0%} copied from it)"
 
 
 def reply_markdown(text: str, stats: ReplyStats, notice: str = "") -> str:
@@ -88,7 +95,8 @@ def references_html(
     stats: ReplyStats, entries: dict[int, CachedAnswer | None], article: ArticleRecord | None
 ) -> str:
     """The cached answers and the help article that served as references, escaped, with how much was copied."""
-    items = [_reference_item(ref, entries.get(ref.id)) for ref in stats.references]
+    grounded = {use.id for use in stats.grounding}
+    items = [_reference_item(ref, entries.get(ref.id), ref.id in grounded) for ref in stats.references]
     if stats.article is not None:
         title = article.title if article is not None else "(article since deleted)"
         items.append(
@@ -100,8 +108,9 @@ def references_html(
     return f"<ul class='references'>{''.join(items)}</ul>"
 
 
-def _reference_item(ref: ReferenceUse, entry: CachedAnswer | None) -> str:
-    head = f"Cached answer <b>#{ref.id}</b> (similarity {ref.similarity:.2f}, {ref.copied} tokens copied)"
+def _reference_item(ref: ReferenceUse, entry: CachedAnswer | None, in_prompt: bool) -> str:
+    kind = "Approved answer, in the prompt," if in_prompt else "Cached answer"
+    head = f"{kind} <b>#{ref.id}</b> (similarity {ref.similarity:.2f}, {ref.copied} tokens copied)"
     if entry is None:
         return f"<li>{head}: (since deleted)</li>"
     return (

@@ -78,14 +78,22 @@ def imported(admin_client, tmp_path_factory) -> int:
 
 
 def test_edited_cached_answer_is_never_served_as_the_bots_answer(server, chat_client, admin_client):
-    """The admin page promises: editing a cached answer can change only speed, never what the bot answers."""
+    """What the admin page promises: an edit approves the answer, which then guides replies from the prompt,
+    yet every reply stays the model's greedy reply to its prompt; a rejected answer changes only speed."""
     original, stats = chat(chat_client, EXACT_QUESTION)
     entry_id = replies_table(server.data_dir, {stats["reply_id"]})[stats["reply_id"]]["entry_id"]
     saved = admin_client.predict(entry_id, EXACT_QUESTION, HOSTILE_ANSWER, api_name="/edit_entry")
     assert saved == f"Saved entry #{entry_id}."
+    guided, stats = chat(chat_client, EXACT_QUESTION)
+    print(f"after editing entry #{entry_id}: exact_hit={stats['exact_hit']}, reply={guided[:80]!r}")
+    assert not stats["exact_hit"], "the approved edit changed the prompt: no stale exact hit may serve it"
+    assert entry_id in [use["id"] for use in stats["grounding"]]
+    assert "identical to plain greedy decoding" in admin_client.predict(stats["reply_id"], api_name="/verify")
+    assert admin_client.predict(str(entry_id), "rejected", api_name="/review_entries") == "Rejected 1 entry."
     text, stats = chat(chat_client, EXACT_QUESTION)
-    print(f"after editing entry #{entry_id}: exact_hit={stats['exact_hit']}, reply={text[:80]!r}")
-    assert text == original, "an exact repeat served the edited cache entry instead of the model's answer"
+    print(f"after rejecting entry #{entry_id}: exact_hit={stats['exact_hit']}, reply={text[:80]!r}")
+    assert stats["grounding"] == [] and stats["exact_hit"]  # the edited text was drafted and checked
+    assert text == original, "an exact repeat served the rejected cache entry instead of the model's answer"
 
 
 def test_sql_in_a_question_is_stored_and_searched_as_text(server, chat_client, admin_client):
@@ -93,8 +101,8 @@ def test_sql_in_a_question_is_stored_and_searched_as_text(server, chat_client, a
     text, stats = chat(chat_client, SQL_QUESTION)
     assert text.strip() and stats["reply_id"]
     table, info = admin_client.predict("DROP TABLE entries; --", "date", True, api_name="/list_entries")
-    print(f"admin search for the SQL text: {info}; rows: {[row[1] for row in table['data']]}")
-    assert [row[1] for row in table["data"]] == [SQL_QUESTION]
+    print(f"admin search for the SQL text: {info}; rows: {[row[2] for row in table['data']]}")
+    assert [row[2] for row in table["data"]] == [SQL_QUESTION]
     assert SQL_QUESTION in entry_questions(server.data_dir).values()
     assert len(read_store(server.data_dir).entry_ids) == entries_before + 1
     texts = [question + "\n" + answer for question, answer in entry_texts(server.data_dir)]

@@ -47,11 +47,12 @@ def test_chat_takes_a_history(follow_up):
     assert text.strip() and not stats["exact_hit"]
 
 
-def test_editing_a_cached_answer_never_changes_the_reply(chat_client: Client, admin_client: Client, follow_up):
+def test_a_rejected_edit_never_changes_the_reply(chat_client: Client, admin_client: Client, follow_up):
     history, text, _ = follow_up
-    table, _ = admin_client.predict(FOLLOW_UP, "date", True, api_name="/list_entries")
+    table, _ = admin_client.predict(FOLLOW_UP, "date", True, "candidate", api_name="/list_entries")
     entry_id = table["data"][0][0]
     admin_client.predict(entry_id, FOLLOW_UP, "Edited: call us at 555-0100.", api_name="/edit_entry")
+    assert admin_client.predict(str(entry_id), "rejected", api_name="/review_entries") == "Rejected 1 entry."
     again, stats = chat_client.predict(FOLLOW_UP, history, api_name="/chat")
     assert again == text and stats["exact_hit"]  # the edited entry was drafted, and rejected by the model
 

@@ -118,7 +118,8 @@ def test_hostile_cached_answer_is_shown_as_text(browser, server, admin_client, c
     page.close()
 
 
-def test_admin_page_after_login(browser, server, artifacts):
+def admin_page(browser, server):
+    """The admin page, logged in."""
     page = browser.new_page(viewport={"width": 1280, "height": 1000})
     page.goto(server.admin_url)
     page.locator("input[type=password]").wait_for()
@@ -126,10 +127,21 @@ def test_admin_page_after_login(browser, server, artifacts):
     page.locator("input[type=text]").fill(server.admin_user)
     page.locator("input[type=password]").fill(server.admin_password)
     page.keyboard.press("Enter")
+    page.locator("#cache-table").wait_for(timeout=30_000)
+    return page
+
+
+def entry_review(admin_client, question: str, entry_id: int) -> str:
+    table, _ = admin_client.predict(question[:30], "date", True, "all", api_name="/list_entries")
+    return next(row[1] for row in table["data"] if row[0] == entry_id)
+
+
+def test_admin_page_after_login(browser, server, artifacts):
+    page = admin_page(browser, server)
     cell = page.locator("#cache-table").get_by_text(QUESTION[:30]).filter(visible=True).first
     cell.wait_for(timeout=30_000)
     cell.click()
-    page.get_by_text("Editing a cached answer can change only speed").wait_for()
+    page.get_by_text("can change only speed, never what the bot answers").wait_for()
     page.locator("#entry-status").get_by_text("Entry #").wait_for()
     assert page.evaluate(NOTHING_RAN)["xss"] is None
     page.screenshot(path=artifacts / "admin-cache.png", full_page=True)
@@ -137,4 +149,34 @@ def test_admin_page_after_login(browser, server, artifacts):
     page.locator("#dashboard-summary").get_by_text("Replies served").wait_for(timeout=30_000)
     page.locator("img").first.wait_for()
     page.screenshot(path=artifacts / "admin-dashboard.png", full_page=True)
+    page.close()
+
+
+def test_staff_approve_filter_and_bulk_reject_on_the_admin_page(browser, server, admin_client, chat_page, artifacts):
+    """The review state changes through the page itself: approve one entry, find it by state, reject in bulk."""
+    page = admin_page(browser, server)
+    row = page.locator("#cache-table tr", has_text=QUESTION[:30]).filter(visible=True).first
+    row.wait_for(timeout=30_000)
+    entry_id = int(row.locator("td").first.inner_text())
+    row.locator("td").nth(2).click()
+    page.locator("#entry-status").get_by_text(f"Entry #{entry_id} (candidate)").wait_for()
+    page.locator("#entry-approve").click()
+    page.locator("#entry-status").get_by_text(f"Entry #{entry_id} is now approved.").wait_for()
+    assert entry_review(admin_client, QUESTION, entry_id) == "approved"
+
+    page.locator("#review-filter input").click()
+    page.get_by_role("option", name="approved", exact=True).click()
+    page.get_by_text("entries (approved)").wait_for()
+    approved_rows = page.locator("#cache-table tbody tr").filter(visible=True)
+    expect(approved_rows.first).to_contain_text("approved")
+    assert all("approved" in text for text in approved_rows.all_inner_texts())
+    page.screenshot(path=artifacts / "admin-review-filter.png", full_page=True)
+
+    page.locator("#bulk-ids textarea").fill(f"{entry_id}, 999999")
+    page.locator("#bulk-reject").click()
+    page.locator("#bulk-status").get_by_text("Rejected 1 entry (1 of the ids name no entry).").wait_for()
+    assert entry_review(admin_client, QUESTION, entry_id) == "rejected"
+    page.locator("#bulk-ids textarea").fill("3-x")
+    page.locator("#bulk-reject").click()
+    page.locator("#bulk-status").get_by_text("Not an entry id or range").wait_for()
     page.close()

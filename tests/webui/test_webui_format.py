@@ -90,3 +90,11 @@ def test_time_saved_plot_adds_up_the_savings_in_serving_order():
 def test_stats_survive_a_round_trip_through_json():
     assert ReplyStats.from_json(STATS.to_json()) == STATS
     assert ReplyStats.from_json({**STATS.to_json(), "prompt_ids": [1, 2]}) == STATS  # extra stored keys are ignored
+
+
+def test_a_grounded_reply_says_which_approved_answer_guided_it_and_how_much_was_copied():
+    stats = replace(STATS, grounding=(ReferenceUse(7, 0.812, 14),))
+    assert fmt.stats_line(stats).endswith(" · guided by approved answer #7 (44% copied from it)")
+    assert "guided by" not in fmt.stats_line(STATS)
+    out = fmt.references_html(stats, {7: entry(7, "q", "a")}, None)
+    assert "Approved answer, in the prompt, <b>#7</b> (similarity 0.81, 14 tokens copied)" in out
