@@ -66,15 +66,15 @@ class CacheBrowser:
             approve = gr.Button("Approve", scale=1, elem_id="bulk-approve")
             reject = gr.Button("Reject", scale=1, elem_id="bulk-reject")
         status = gr.Markdown(elem_id="bulk-status")
+        # For API clients, with the state as a parameter; wired first, so this event keeps the plain API name.
+        state = gr.Dropdown(list(REVIEW_STATES), value="approved", visible=False)
+        gr.Button(visible=False).click(self.review_entries, [ids, state], [status], api_name="review_entries")
         approve.click(self.review_entries, [ids, gr.State("approved")], [status], **PRIVATE).then(
             self.list_page, [*self.query, self.page, gr.State(0)], self.table_outputs, **PRIVATE
         )
         reject.click(self.review_entries, [ids, gr.State("rejected")], [status], **PRIVATE).then(
             self.list_page, [*self.query, self.page, gr.State(0)], self.table_outputs, **PRIVATE
         )
-        # The same for API clients, with the state as a parameter.
-        state = gr.Dropdown(list(REVIEW_STATES), value="approved", visible=False)
-        gr.Button(visible=False).click(self.review_entries, [ids, state], [status], api_name="review_entries")
 
     def _entry_panel(self, table: gr.Dataframe) -> None:
         gr.Markdown("### Entry")
