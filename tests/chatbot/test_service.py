@@ -130,6 +130,7 @@ def test_hostile_cached_answers_never_change_the_reply(service):
     reply = prompt_reply.ask(question)
     assert reply.stats.references, "the hostile entries should have been retrieved as references"
     stored = service.cache.get_reply(reply.id)
-    greedy = greedy_generate(service.model, stored.stats["prompt_ids"], 32, service.eos_token_id)
-    assert stored.stats["token_ids"] == greedy.tokens
+    greedy = greedy_generate(service.model, stored.prompt_ids, 32, service.eos_token_id)
+    assert stored.token_ids == greedy.tokens
+    assert "evil@example.com" not in service.tokenizer.decode(stored.prompt_ids)  # candidates stay out of prompts
     assert "evil@example.com" not in reply.text
