@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 from report_helpers import cell_value, numbers, sections, tables
 
+from bench.plots import write_plots
 from bench.report import GROUNDED_HEADING, compute_targets, render_markdown
 from bench.results import MethodRun, QuestionRecord, Reference, load, summarize, summarize_grounded
 
@@ -130,3 +131,11 @@ def test_a_run_from_before_grounding_loads_with_defaults_and_has_no_grounded_sec
     assert all(q.plain_prompt_tokens is None and not q.is_grounded() for q in old.questions)
     assert all(r.copied_from_first_reference is None for q in old.questions for r in q.runs)
     assert GROUNDED_HEADING not in sections(render_markdown(old, PLOTS))
+
+
+def test_no_grid_heatmap_when_the_grid_did_not_run(grounded_run, tmp_path):
+    grounded_run.grid = []  # --grid-questions 0
+    written = write_plots(grounded_run, tmp_path)
+    assert [p.name for p in written] == [name for name in PLOTS if name != "grid_heatmap.png"]
+    assert all(p.stat().st_size > 0 for p in written)
+    assert "Not run" in sections(render_markdown(grounded_run, [p.name for p in written]))["n-by-k grid"]
