@@ -1,7 +1,8 @@
 """Benchmark LLMA against greedy and Hugging Face decoding on the helpdesk workloads, side by side.
 
     python -m bench --workload data/questions.jsonl --articles data/articles.json --out results/ \
-        [--max-new-tokens 128] [--limit N] [--methods hf_greedy,greedy,...] [--grid-questions 12] [--repeats 1]
+        [--max-new-tokens 128] [--limit N] [--methods hf_greedy,greedy,...] [--workloads grounded,...] \
+        [--grid-questions 12] [--repeats 1]
     python -m bench --redraw results/results.json   # the report and plots of a saved run again, no decoding
 
 Writes results.json, report.md and PNG plots to --out.
@@ -18,7 +19,7 @@ from bench.plots import write_plots
 from bench.report import mismatch_lines, render_markdown
 from bench.results import Results, load
 from bench.run import BenchConfig, run_bench
-from bench.workloads import Retrieval
+from bench.workloads import WORKLOADS, Retrieval
 from data import DATA_DIR
 
 
@@ -30,7 +31,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--limit", type=int, default=None, help="at most this many questions per workload and grid")
     parser.add_argument("--methods", default=",".join(METHODS), help="comma-separated subset of " + ",".join(METHODS))
-    parser.add_argument("--grid-questions", type=int, default=12, help="cache-assisted questions in the n-by-k grid")
+    parser.add_argument("--workloads", default=",".join(WORKLOADS),
+                        help="comma-separated subset of " + ",".join(WORKLOADS))
+    parser.add_argument("--grid-questions", type=int, default=12,
+                        help="cache-assisted questions in the n-by-k grid; 0 skips the grid")
     parser.add_argument("--k", type=int, default=4, help="cache hits used as references")
     parser.add_argument("--threshold", type=float, default=0.5, help="least cosine similarity of a cache hit")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
@@ -43,6 +47,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"unknown methods {unknown}; choose from {', '.join(METHODS)}")
     if "greedy" not in args.methods:
         args.methods.insert(0, "greedy")  # the baseline every speedup and identity check is measured against
+    chosen = {w.strip() for w in args.workloads.split(",") if w.strip()}
+    if not chosen or chosen - set(WORKLOADS):
+        parser.error(f"--workloads: choose from {', '.join(WORKLOADS)}, not {sorted(chosen - set(WORKLOADS))}")
+    args.workloads = [w for w in WORKLOADS if w in chosen]
     return args
 
 
@@ -50,7 +58,7 @@ def config_of(args: argparse.Namespace) -> BenchConfig:
     return BenchConfig(
         workload=args.workload, articles=args.articles, max_new_tokens=args.max_new_tokens, limit=args.limit,
         methods=args.methods, grid_questions=args.grid_questions, retrieval=Retrieval(args.k, args.threshold),
-        repeats=args.repeats,
+        repeats=args.repeats, workloads=args.workloads,
     )
 
 

@@ -22,6 +22,9 @@ from decoding.simulate import simulate_llma
 
 METHODS = ("hf_greedy", "greedy", "hf_prompt_lookup", "llma_paper", "llma", "oracle")
 LLMA_METHODS = ("llma_paper", "llma", "oracle")  # must reproduce greedy decoding exactly
+# Not a method: greedy decoding of a grounded question's plain prompt (no approved answer in it), the baseline
+# of the end-to-end speedup. Its reply may differ from greedy's on the grounded prompt, and that is no mismatch.
+PLAIN_GREEDY = "plain_greedy"
 PAPER_POLICY = FixedCopyPolicy(match_len=1, copy_len=15)  # the paper's n=1, k=15
 HF_PROMPT_LOOKUP_TOKENS = 10
 
@@ -30,6 +33,7 @@ HF_PROMPT_LOOKUP_TOKENS = 10
 class Decoded:
     tokens: list[int]
     copied_tokens: int | None  # None where the method does not report it
+    copied_from_first_reference: int | None = None  # LLMA only: tokens copied from references[0]
 
 
 class ForwardCounter:
@@ -96,7 +100,8 @@ class Decoder:
     def llma(self, prompt_ids: list[int], references: list[list[int]], policy) -> Decoded:
         options = LlmaOptions(self.max_new_tokens, self.eos_token_id)
         result = llma_generate(self.model, prompt_ids, references, policy, options)
-        return Decoded(result.tokens, result.copied_tokens)
+        from_first = sum(run.length for run in result.copied_runs if run.source == 0)
+        return Decoded(result.tokens, result.copied_tokens, from_first)
 
     def fixed(self, prompt_ids: list[int], references: list[list[int]], match_len: int, copy_len: int) -> Decoded:
         """LLMA with the paper's fixed policy at other n (match_len) and k (copy_len): one cell of the grid."""

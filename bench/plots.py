@@ -94,6 +94,9 @@ PLOTS = {
 
 
 def write_plots(results: Results, out_dir: Path) -> list[Path]:
-    for name, plot in PLOTS.items():
-        plot(results, out_dir / name)
-    return [out_dir / name for name in PLOTS]
+    """Every plot the run has data for: the grid heatmap only when the grid ran."""
+    grid_ran = any(cell.speedup is not None for cell in results.grid)
+    names = [name for name in PLOTS if grid_ran or name != "grid_heatmap.png"]
+    for name in names:
+        PLOTS[name](results, out_dir / name)
+    return [out_dir / name for name in names]

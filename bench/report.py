@@ -4,7 +4,7 @@ import statistics
 from dataclasses import dataclass
 
 from bench.methods import LLMA_METHODS
-from bench.results import QuestionRecord, Results, speedup
+from bench.results import GroundedSummary, QuestionRecord, Results, speedup, summarize_grounded
 
 WORKLOAD_NOTES = {
     "cache_assisted": "later wordings of a paraphrase group; references = answers of the top-k similar cached "
@@ -14,8 +14,13 @@ WORKLOAD_NOTES = {
     "followup": "a follow-up asked as the second turn after the group's first question and its greedy answer; "
     "reference = that earlier answer (it is also in the prompt)",
     "novel": "single-wording groups; references = whatever the cache returns (usually nothing or unrelated answers)",
+    "grounded": "the cache-assisted questions with the best approved answer in the system message, the cached "
+    "first wordings' greedy answers all approved; references = that answer first, then the usual cache hits",
+    "grounded_staff": "the same, but the approved answers are the shipped staff-written ones (data/)",
 }
 SPEED_TARGET = 3.0  # LLMA over greedy on cache-assisted questions
+GROUNDED_TARGET = 2.0  # LLMA on grounded questions, over greedy on the same prompt and end to end
+GROUNDED_HEADING = "Grounded workloads (approved answers in the prompt)"
 NOVEL_WORST = "LLMA worst per-question speedup, novel"
 
 
@@ -61,6 +66,33 @@ def identity_target(results: Results) -> Target:
     )
 
 
+def grounded_summaries(results: Results) -> list[GroundedSummary]:
+    """One summary per grounded workload the run measured (none for runs from before grounding)."""
+    return [summarize_grounded(w, results.questions_of(w)) for w in results.grounded_workloads()]
+
+
+def grounded_targets(results: Results) -> list[Target]:
+    """LLMA >= 2x on each grounded workload, on the same prompt and end to end, and every reply identical."""
+    measured = {s.workload: s for s in grounded_summaries(results) if s.questions}
+    targets = []
+    for workload in ("grounded", "grounded_staff"):
+        summary = measured.get(workload)
+        same, end_to_end = (summary.speedup, summary.end_to_end_speedup) if summary else (None, None)
+        goal = f">= {GROUNDED_TARGET:g}x"
+        targets += [
+            level_target(f"LLMA over greedy on the same prompt, {workload}", same, GROUNDED_TARGET, goal),
+            level_target(f"LLMA end to end vs the plain prompt's greedy, {workload}", end_to_end, GROUNDED_TARGET,
+                         goal),
+        ]
+    runs = sum(r.questions for r in results.rows if r.method in LLMA_METHODS and r.workload in measured)
+    wrong = sum(s.mismatches for s in measured.values())
+    targets.append(Target(
+        "every LLMA output equals greedy's, grounded", "100% identical", f"{runs - wrong}/{runs} identical",
+        wrong == 0 and runs > 0 if measured else None, f"{wrong} mismatching",
+    ))
+    return targets
+
+
 def compute_targets(results: Results) -> list[Target]:
     def cache_assisted(method: str) -> float | None:
         return row_speedup(results, "cache_assisted", method)
@@ -75,6 +107,7 @@ def compute_targets(results: Results) -> list[Target]:
         ratio_target("LLMA share of the oracle's speedup, cache-assisted", llma, cache_assisted("oracle"), 0.8,
                      ">= 80%"),
         level_target(NOVEL_WORST, novel.worst_speedup if novel else None, 0.95, ">= 0.95x"),
+        *grounded_targets(results),
         identity_target(results),
     ]
 
@@ -203,7 +236,7 @@ def workloads_section(results: Results) -> str:
     for workload in results.workloads:
         records = results.questions_of(workload)
         lines.append(f"- **{workload}** ({len(records)} questions): {WORKLOAD_NOTES.get(workload, '')}."
-                     + retrieval_note(records))
+                     + grounding_note(records, workload in results.grounded_workloads()) + retrieval_note(records))
     lines.append(
         "\n`hf_prompt_lookup` is transformers' prompt lookup decoding: it only searches the input ids, so on the cache "
         "workloads (cache_assisted, repeat, novel) it cannot see the references and runs on the plain prompt, which is "
@@ -217,6 +250,15 @@ def workloads_section(results: Results) -> str:
     return "\n".join(lines)
 
 
+def grounding_note(records: list[QuestionRecord], grounded_workload: bool) -> str:
+    """How many questions got an approved answer in the prompt, and how many of those answer the same need."""
+    if not grounded_workload:
+        return ""
+    grounded = [q for q in records if q.is_grounded()]
+    own = sum(q.references[0].same_group for q in grounded)
+    return f" Grounded: {len(grounded)}/{len(records)}; the approved answer is the group's own: {own}/{len(grounded)}."
+
+
 def retrieval_note(records: list[QuestionRecord]) -> str:
     hits = [[ref for ref in q.references if ref.kind == "cache"] for q in records]
     if not any(hits):
@@ -224,6 +266,45 @@ def retrieval_note(records: list[QuestionRecord]) -> str:
     own = sum(any(ref.same_group for ref in refs) for refs in hits)
     mean_refs = statistics.mean(len(refs) for refs in hits)
     return f" Retrieval: {mean_refs:.1f} references per question; the group's own answer among them: {own}/{len(hits)}."
+
+
+GROUNDED_HEADER = ["workload", "questions", "grounded", "greedy tokens/s", "LLMA vs greedy, same prompt",
+                   "end to end vs plain greedy", "copied from approved", "worst question (end to end)", "mismatches"]
+
+
+def grounded_section(results: Results) -> str:
+    """Per grounded workload: LLMA on the grounded prompt against greedy on it and against the plain prompt."""
+    summaries = grounded_summaries(results)
+    if not summaries:
+        return ""
+    grounding = results.settings.grounding
+    rule = (
+        f"cosine similarity >= {grounding['threshold']}, at most {grounding['answers']} answer(s) within "
+        f"{grounding['token_budget']} tokens, " if grounding else ""
+    )
+    rows = [
+        [s.workload, str(s.questions), str(s.grounded), fmt(s.greedy_tokens_per_s, ".1f"), fmt(s.speedup, ".2f", "x"),
+         fmt(s.end_to_end_speedup, ".2f", "x"), fmt(s.copied_from_approved, ".0%"), worst_entry(s), str(s.mismatches)]
+        for s in summaries
+    ]
+    return (
+        f"## {GROUNDED_HEADING}\n\nThe cache-assisted questions again (no help article), with the best approved "
+        f"answer ({rule}the chat service's defaults) in the system message under the chat service's "
+        "approved-answer header; a question with no approved answer close enough runs on the plain prompt. LLMA is "
+        "measured against greedy on the same prompt (the speedup the product reports) and end to end against "
+        "greedy on the plain prompt, "
+        "run in the same round, so the longer prompt's prefill counts against LLMA. Both are sums of seconds over "
+        "all the workload's questions (llma); copied is the mean share of a grounded reply that llma copied from "
+        "the approved answer (its first reference); mismatches count every LLMA method.\n\n"
+        + table(GROUNDED_HEADER, rows)
+    )
+
+
+def worst_entry(summary: GroundedSummary) -> str:
+    if summary.worst_question is None:
+        return "–"
+    question = summary.worst_question.replace("|", "\\|")  # a pipe would end the table cell
+    return f"{fmt(summary.worst_end_to_end, '.2f', 'x')} \"{question}\""
 
 
 def grid_section(results: Results) -> str:
@@ -311,6 +392,7 @@ def render_markdown(results: Results, plot_names: list[str]) -> str:
         targets_section(targets),
         shortfall_section(results, targets),
         results_section(results),
+        grounded_section(results),
         workloads_section(results),
         grid_section(results),
         cost_section(results),

@@ -8,14 +8,16 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from bench.methods import LLMA_METHODS
+from bench.methods import LLMA_METHODS, PLAIN_GREEDY
+
+GROUNDED_WORKLOADS = ("grounded", "grounded_staff")  # an approved answer in the prompt, end-to-end speedups
 
 
 @dataclass(frozen=True)
 class Reference:
     """Where one reference of a question came from (a cache hit, an article, an earlier answer)."""
 
-    kind: str  # "cache", "article", "stored_answer", "earlier_answer"
+    kind: str  # "approved" (also in the prompt), "cache", "article", "stored_answer", "earlier_answer"
     tokens: int
     score: float | None = None  # cosine similarity, for cache hits
     question: str = ""  # the stored question, for cache hits
@@ -33,6 +35,7 @@ class MethodRun:
     forward_passes: int
     copied_tokens: int
     identical: bool  # the same tokens as greedy decoding
+    copied_from_first_reference: int | None = None  # LLMA: tokens copied from references[0] (the approved answer)
 
 
 def speedup(greedy: list[MethodRun], runs: list[MethodRun]) -> float:
@@ -53,6 +56,7 @@ class QuestionRecord:
     references: list[Reference]
     greedy_text: str
     runs: list[MethodRun]
+    plain_prompt_tokens: int | None = None  # grounded questions: the prompt without the approved answer
 
     def run(self, method: str) -> MethodRun | None:
         return next((r for r in self.runs if r.method == method), None)
@@ -61,6 +65,26 @@ class QuestionRecord:
         """This question's speedup of `method` over greedy; None when the method did not run on it."""
         run = self.run(method)
         return speedup([self.run("greedy")], [run]) if run else None
+
+    def is_grounded(self) -> bool:
+        """An approved answer was put into the prompt (and is the first reference)."""
+        return bool(self.references) and self.references[0].kind == "approved"
+
+    def plain_greedy(self) -> MethodRun:
+        """Greedy on the prompt without grounding: the plain prompt's run, or greedy's where nothing was added."""
+        return self.run(PLAIN_GREEDY) or self.run("greedy")
+
+    def end_to_end_speedup(self, method: str) -> float | None:
+        """Greedy on the plain prompt over `method` on the grounded one, the longer prefill included."""
+        run = self.run(method)
+        return speedup([self.plain_greedy()], [run]) if run else None
+
+    def copied_from_approved_share(self, method: str) -> float | None:
+        """Share of the reply copied from the approved answer; None when ungrounded or not reported."""
+        run = self.run(method)
+        if not (self.is_grounded() and run and run.copied_from_first_reference is not None):
+            return None
+        return run.copied_from_first_reference / run.tokens if run.tokens else 0.0
 
     def has_own_answer(self) -> bool:
         """A cache hit among the references answers a wording of the same need."""
@@ -86,6 +110,22 @@ class Row:
     median_speedup: float | None
     mean_copied_share: float | None
     mismatches: list[str] = field(default_factory=list)  # questions whose tokens differ from greedy's
+
+
+@dataclass(frozen=True)
+class GroundedSummary:
+    """LLMA on a grounded workload: against greedy on the same prompt and against the plain prompt's greedy."""
+
+    workload: str
+    questions: int
+    grounded: int  # questions whose prompt got an approved answer; the others ran on the plain prompt
+    greedy_tokens_per_s: float | None
+    speedup: float | None  # sum of greedy seconds / sum of LLMA seconds, the same prompt
+    end_to_end_speedup: float | None  # sum of the plain prompt's greedy seconds / sum of LLMA seconds
+    copied_from_approved: float | None  # mean share of a grounded reply copied from its approved answer
+    worst_question: str | None  # the least end-to-end speedup
+    worst_end_to_end: float | None
+    mismatches: int  # LLMA runs (any LLMA method) whose tokens differ from greedy's
 
 
 @dataclass
@@ -145,6 +185,7 @@ class Settings:
     cache_entries: int
     paper_policy: dict  # FixedCopyPolicy's fields
     llma_policy: dict  # AdaptiveCopyPolicy's fields but its cost curve
+    grounding: dict = field(default_factory=dict)  # threshold, answers, token_budget of the grounded workloads
 
 
 @dataclass
@@ -180,6 +221,9 @@ class Results:
 
     def questions_of(self, workload: str) -> list[QuestionRecord]:
         return [q for q in self.questions if q.workload == workload]
+
+    def grounded_workloads(self) -> list[str]:
+        return [w for w in self.workloads if w in GROUNDED_WORKLOADS]
 
     def llma_mismatches(self) -> list[Mismatch]:
         return [Mismatch(r.method, r.workload, q) for r in self.rows if r.method in LLMA_METHODS for q in r.mismatches]
@@ -241,6 +285,28 @@ def summarize(workload: str, method: str, records: list[QuestionRecord]) -> Row:
         median_speedup=statistics.median(per_question),
         mean_copied_share=statistics.mean(r.copied_tokens / r.tokens if r.tokens else 0.0 for r in runs),
         mismatches=[q.question for q, r in zip(measured, runs, strict=True) if not r.identical],
+    )
+
+
+def summarize_grounded(workload: str, records: list[QuestionRecord], method: str = "llma") -> GroundedSummary:
+    """`method` (LLMA) on a grounded workload's questions; speedups are sums of seconds, like the rows'."""
+    measured = [q for q in records if q.run(method)]
+    greedy = [q.run("greedy") for q in records]
+    greedy_seconds = sum(r.seconds for r in greedy)
+    shares = [share for q in measured if (share := q.copied_from_approved_share(method)) is not None]
+    worst = min(measured, key=lambda q: q.end_to_end_speedup(method), default=None)
+    runs = [q.run(method) for q in measured]
+    return GroundedSummary(
+        workload=workload,
+        questions=len(records),
+        grounded=sum(q.is_grounded() for q in records),
+        greedy_tokens_per_s=sum(r.tokens for r in greedy) / greedy_seconds if greedy_seconds else None,
+        speedup=speedup([q.run("greedy") for q in measured], runs) if measured else None,
+        end_to_end_speedup=speedup([q.plain_greedy() for q in measured], runs) if measured else None,
+        copied_from_approved=statistics.mean(shares) if shares else None,
+        worst_question=worst.question if worst else None,
+        worst_end_to_end=worst.end_to_end_speedup(method) if worst else None,
+        mismatches=sum(not r.identical for q in records for r in q.runs if r.method in LLMA_METHODS),
     )
 
 

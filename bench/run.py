@@ -1,7 +1,8 @@
 """Running the bench: every method on the same prompts in one process, interleaved per question.
 
 Interleaving means machine noise hits all methods alike; greedy runs first on each question (its tokens are the
-truth every other method is checked against) and each method keeps its fastest of --repeats rounds.
+truth every other method is checked against) and each method keeps its fastest of --repeats rounds. A grounded
+question also runs greedy on its plain prompt in the same round: the baseline of the end-to-end speedup.
 """
 
 import copy
@@ -9,14 +10,14 @@ import os
 import platform
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
 import transformers
 from tqdm import tqdm
 
-from bench.methods import METHODS, Decoded, Decoder, paper_policy_json
+from bench.methods import METHODS, PLAIN_GREEDY, Decoded, Decoder, paper_policy_json
 from bench.results import (
     CostCurvePoints,
     GridCell,
@@ -29,8 +30,8 @@ from bench.results import (
     grid_cell,
     summarize,
 )
-from bench.workloads import WORKLOADS, Item, Retrieval, prepare_workloads, select_questions
-from data import load_articles, load_questions
+from bench.workloads import Grounding, Item, Retrieval, prepare_workloads, select_questions
+from data import load_articles, load_questions, load_staff_answers
 
 GRID_MATCH_LENS = (1, 2, 3, 4)  # n
 GRID_COPY_LENS = (2, 4, 8, 16, 32)  # k
@@ -47,6 +48,8 @@ class BenchConfig:
     grid_questions: int
     retrieval: Retrieval
     repeats: int
+    workloads: list[str]  # the ones to run, in WORKLOADS order
+    grounding: Grounding = Grounding()
 
 
 @dataclass(frozen=True)
@@ -56,7 +59,7 @@ class Measured:
 
 
 def measure(decoder: Decoder, method: str, decode: Callable[[], Decoded], greedy_tokens: list[int] | None) -> Measured:
-    """Time one decode; `greedy_tokens` None means this run is greedy itself."""
+    """Time one decode; `greedy_tokens` None means a greedy run, checked against nothing."""
     passes_before = decoder.forwards.count
     start, cpu_start = time.perf_counter(), time.process_time()
     out = decode()
@@ -65,7 +68,9 @@ def measure(decoder: Decoder, method: str, decode: Callable[[], Decoded], greedy
     # HF methods do not report copies: every pass yields one token of the model's own plus the accepted ones.
     copied = out.copied_tokens if out.copied_tokens is not None else max(0, len(out.tokens) - passes)
     identical = greedy_tokens is None or out.tokens == greedy_tokens
-    return Measured(MethodRun(method, seconds, cpu_seconds, len(out.tokens), passes, copied, identical), out.tokens)
+    run = MethodRun(method, seconds, cpu_seconds, len(out.tokens), passes, copied, identical,
+                    out.copied_from_first_reference)
+    return Measured(run, out.tokens)
 
 
 def run_method(decoder: Decoder, method: str, item: Item, greedy_tokens: list[int] | None) -> Measured:
@@ -73,6 +78,13 @@ def run_method(decoder: Decoder, method: str, item: Item, greedy_tokens: list[in
         return decoder.decode(method, item.prompt_ids, item.references, greedy_tokens or [])
 
     return measure(decoder, method, decode, greedy_tokens)
+
+
+def run_plain_greedy(decoder: Decoder, item: Item) -> list[MethodRun]:
+    """Greedy on a grounded item's plain prompt; nothing for an ungrounded item, whose prompt is the plain one."""
+    if item.plain_prompt_ids is None:
+        return []
+    return [measure(decoder, PLAIN_GREEDY, lambda: decoder.greedy(item.plain_prompt_ids), None).run]
 
 
 def run_workload(decoder: Decoder, items: list[Item], methods: list[str], repeats: int) -> list[QuestionRecord]:
@@ -83,10 +95,12 @@ def run_workload(decoder: Decoder, items: list[Item], methods: list[str], repeat
         rounds = []
         for _ in range(repeats):
             greedy = run_method(decoder, "greedy", item, None)
-            rounds.append([greedy.run] + [run_method(decoder, m, item, greedy.tokens).run for m in others])
+            rounds.append([greedy.run, *run_plain_greedy(decoder, item)]
+                          + [run_method(decoder, m, item, greedy.tokens).run for m in others])
+        plain_tokens = len(item.plain_prompt_ids) if item.plain_prompt_ids is not None else None
         records.append(QuestionRecord(
             item.workload, item.group, item.question, len(item.prompt_ids), item.sources,
-            decoder.text(greedy.tokens), fastest_of(rounds),
+            decoder.text(greedy.tokens), fastest_of(rounds), plain_tokens,
         ))
     return records
 
@@ -153,35 +167,37 @@ class Stopwatch:
 
 
 def run_bench(config: BenchConfig) -> Results:
-    """Load everything, fill the cache, run each workload and the grid."""
+    """Load everything, fill the cache, run each selected workload and the grid."""
     clock = Stopwatch()
     machine = machine_info()
     decoder = Decoder.load(config.max_new_tokens)  # measures the forward cost curve once, before any timing
     clock.lap("load model, measure cost curve")
     articles = load_articles(config.articles)
     selection = select_questions(load_questions(config.workload), articles, config.limit)
-    workloads = prepare_workloads(decoder, selection, articles, config.retrieval)
+    workloads = prepare_workloads(decoder, selection, articles, config.retrieval, load_staff_answers(),
+                                  config.grounding)
     items = workloads.items
-    first = next((i for w in WORKLOADS for i in items[w]), None)
+    first = next((i for w in config.workloads for i in items[w]), None)
     if first is not None:
         warm_up(decoder, first, config.methods)
     clock.lap("fill cache, warm up")
     records = {}
-    for workload in WORKLOADS:
+    for workload in config.workloads:
         records[workload] = run_workload(decoder, items[workload], config.methods, config.repeats)
         clock.lap(workload)
     grid_items = items["cache_assisted"][: min(config.grid_questions, config.limit or config.grid_questions)]
-    grid = run_grid(decoder, grid_items, config.repeats)
-    clock.lap("grid")
+    grid = run_grid(decoder, grid_items, config.repeats) if grid_items else []
+    if grid_items:
+        clock.lap("grid")
     return Results(
         model=ModelInfo(decoder.model_id, decoder.dtype, decoder.parameters),
         machine=replace(machine, load_average_at_end=list(os.getloadavg())),
         settings=settings_of(config, decoder, len(grid_items), workloads.cache_entries),
-        workloads=list(WORKLOADS),
+        workloads=list(config.workloads),
         cost_curve=CostCurvePoints(**decoder.cost_curve_json()),
-        rows=[summarize(w, m, records[w]) for w in WORKLOADS for m in METHODS if m in config.methods],
+        rows=[summarize(w, m, records[w]) for w in config.workloads for m in METHODS if m in config.methods],
         grid=grid,
-        questions=[r for w in WORKLOADS for r in records[w]],
+        questions=[r for w in config.workloads for r in records[w]],
         phase_seconds=clock.laps,
         wall_seconds=round(sum(clock.laps.values()), 1),
     )
@@ -192,5 +208,5 @@ def settings_of(config: BenchConfig, decoder: Decoder, grid_questions: int, cach
         workload=str(config.workload), articles=str(config.articles), max_new_tokens=config.max_new_tokens,
         limit=config.limit, repeats=config.repeats, methods=config.methods, grid_questions=grid_questions,
         k=config.retrieval.k, threshold=config.retrieval.threshold, cache_entries=cache_entries,
-        paper_policy=paper_policy_json(), llma_policy=decoder.llma_policy_json(),
+        paper_policy=paper_policy_json(), llma_policy=decoder.llma_policy_json(), grounding=asdict(config.grounding),
     )

@@ -1,22 +1,35 @@
 """The bench's workloads: which shipped questions each one asks, and the prompts and references built for them.
 
 A throwaway answer cache is filled with greedy answers to each group's first wording, as the chat service would
-have stored them; later wordings then retrieve references from it with the real `AnswerCache.lookup`.
+have stored them; later wordings then retrieve references from it with the real `AnswerCache.lookup`. For the
+grounded workloads those answers are then approved (and the shipped staff-written answers added as approved),
+and the best approved answer goes into the prompt as the chat service's grounding puts it there.
 """
 
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tqdm import tqdm
 
 from bench.methods import Decoder
-from bench.results import Reference
+from bench.results import GROUNDED_WORKLOADS, Reference
 from cache import AnswerCache, Embedder, Hit, NewAnswer
-from chatbot.prompt import DEFAULT_SYSTEM_PROMPT, Turn, build_prompt, context_key, prompt_hash
-from data import Question, group_questions
+from chatbot.prompt import (
+    DEFAULT_SYSTEM_PROMPT,
+    ApprovedAnswer,
+    Turn,
+    answer_token_ids,
+    build_prompt,
+    context_key,
+    prompt_hash,
+)
+from chatbot.service import ChatSettings
+from data import Question, StaffAnswer, group_questions
 
-WORKLOADS = ("cache_assisted", "rag", "repeat", "followup", "novel")
+WORKLOADS = ("cache_assisted", "rag", "repeat", "followup", "novel", *GROUNDED_WORKLOADS)
 MAX_PROMPT_TOKENS = 2048
+STAFF_MODEL_ID = "staff"  # the shipped staff answers' entries, kept apart from the model's own answers
 
 
 @dataclass(frozen=True)
@@ -29,6 +42,7 @@ class Item:
     prompt_ids: list[int]
     references: list[list[int]]
     sources: list[Reference]
+    plain_prompt_ids: list[int] | None = None  # grounded items: the same prompt without the approved answer
 
 
 @dataclass(frozen=True)
@@ -37,6 +51,15 @@ class Retrieval:
 
     k: int = 4
     threshold: float = 0.5  # least cosine similarity
+
+
+@dataclass(frozen=True)
+class Grounding:
+    """Which approved answers go into a prompt: the chat service's defaults, so the bench measures what it serves."""
+
+    threshold: float = ChatSettings.grounding_threshold  # least cosine similarity
+    answers: int = ChatSettings.grounding_answers
+    token_budget: int = ChatSettings.grounding_token_budget  # answer tokens added to the prompt, at most
 
 
 @dataclass(frozen=True)
@@ -49,6 +72,11 @@ class Selection:
     followup: list[Question]
     novel: list[Question]
     groups: dict[str, list[Question]]
+
+    @property
+    def grounded(self) -> list[Question]:
+        """The grounded workloads ask the cache-assisted questions again, with an approved answer in the prompt."""
+        return self.cache_assisted
 
     def first_wording(self, question: Question) -> Question:
         return self.groups[question.group][0]
@@ -90,19 +118,37 @@ def retrieve(cache: AnswerCache, question: str, retrieval: Retrieval, model_id: 
     return cache.lookup(question, k=retrieval.k, threshold=retrieval.threshold, model_id=model_id)
 
 
+def pick_grounding(cache: AnswerCache, question: str, grounding: Grounding, model_id: str) -> list[Hit]:
+    """The most similar approved answers within the token budget, as the chat service's `_pick_grounding` picks."""
+    candidates = cache.lookup(
+        question, k=grounding.answers, threshold=grounding.threshold, model_id=model_id, reviews=("approved",)
+    )
+    chosen, budget = [], grounding.token_budget
+    for hit in candidates:
+        if len(hit.answer_ids) <= budget:
+            chosen.append(hit)
+            budget -= len(hit.answer_ids)
+    return chosen
+
+
 class Workbench:
     """The answer cache filled with greedy answers to first wordings, and the prompts built on it."""
 
-    def __init__(self, decoder: Decoder, cache: AnswerCache) -> None:
+    def __init__(self, decoder: Decoder, cache: AnswerCache, grounding: Grounding = Grounding()) -> None:
         self.decoder = decoder
+        self.grounding = grounding
         self.tok = decoder.tokenizer
         self.cache = cache
         self.model_id = decoder.model_id
         self.prompt_hash = prompt_hash(DEFAULT_SYSTEM_PROMPT, [], {"max_new_tokens": decoder.max_new_tokens})
         self.group_of_entry: dict[int, str] = {}
 
-    def prompt(self, question: str, article: str | None = None, history: list[Turn] | None = None) -> list[int]:
-        return build_prompt(self.tok, DEFAULT_SYSTEM_PROMPT, article, history or [], question, MAX_PROMPT_TOKENS).ids
+    def prompt(
+        self, question: str, article: str | None = None, history: list[Turn] | None = None,
+        approved: list[ApprovedAnswer] | None = None,
+    ) -> list[int]:
+        system, turns = DEFAULT_SYSTEM_PROMPT, history or []
+        return build_prompt(self.tok, system, article, turns, question, MAX_PROMPT_TOKENS, approved=approved or []).ids
 
     def store_first_wording(self, question: Question) -> None:
         """Answer a group's first wording with greedy decoding (no article) and cache the answer."""
@@ -113,6 +159,22 @@ class Workbench:
         )
         self.group_of_entry[self.cache.add_answer(new)] = question.group
 
+    def approve_stored_answers(self) -> None:
+        """The first wordings' greedy answers become approved: staff approved them as they were."""
+        self.cache.set_review(list(self.group_of_entry), "approved")
+
+    def store_staff_answer(self, staff: StaffAnswer) -> None:
+        """A shipped staff-written answer as an approved entry, tokenized as decoding copies it."""
+        new = NewAnswer(
+            question=staff.question, answer=staff.answer, answer_ids=answer_token_ids(self.tok, staff.answer),
+            model_id=STAFF_MODEL_ID, article_ids=[staff.article], review="approved",
+        )
+        self.group_of_entry[self.cache.add_answer(new)] = staff.group
+
+    def cache_reference(self, hit: Hit, q: Question, kind: str = "cache") -> Reference:
+        return Reference(kind, len(hit.answer_ids), round(hit.score, 4), hit.question,
+                         self.group_of_entry.get(hit.id) == q.group)
+
     def stored_answer(self, question: str) -> list[int]:
         found = self.cache.find_exact(question, context_key([]), self.model_id, self.prompt_hash)
         if found is None:
@@ -122,12 +184,22 @@ class Workbench:
     def cache_assisted(self, q: Question, workload: str, retrieval: Retrieval) -> Item:
         """No article in the prompt; references are the answers to the most similar stored questions."""
         hits = retrieve(self.cache, q.question, retrieval, self.model_id)
-        same_group = [self.group_of_entry.get(h.id) == q.group for h in hits]
-        sources = [
-            Reference("cache", len(h.answer_ids), round(h.score, 4), h.question, same)
-            for h, same in zip(hits, same_group, strict=True)
-        ]
+        sources = [self.cache_reference(h, q) for h in hits]
         return Item(workload, q.group, q.question, self.prompt(q.question), [h.answer_ids for h in hits], sources)
+
+    def grounded(self, q: Question, workload: str, retrieval: Retrieval, approved_by: str) -> Item:
+        """The cache-assisted prompt plus the best approved answer of `approved_by`'s entries, as the chat service
+        grounds; references are that answer first, then the usual cache hits. Ungrounded when none is close enough.
+        """
+        chosen = pick_grounding(self.cache, q.question, self.grounding, approved_by)
+        if not chosen:
+            return self.cache_assisted(q, workload, retrieval)
+        chosen_ids = {h.id for h in chosen}
+        hits = [h for h in retrieve(self.cache, q.question, retrieval, self.model_id) if h.id not in chosen_ids]
+        prompt_ids = self.prompt(q.question, approved=[ApprovedAnswer(h.question, h.answer) for h in chosen])
+        sources = [self.cache_reference(h, q, "approved") for h in chosen] + [self.cache_reference(h, q) for h in hits]
+        references = [h.answer_ids for h in [*chosen, *hits]]
+        return Item(workload, q.group, q.question, prompt_ids, references, sources, self.prompt(q.question))
 
     def rag(self, q: Question, article: str) -> Item:
         """The article is in the system message and is a reference of its own."""
@@ -152,6 +224,7 @@ class Workbench:
 def build_items(
     bench: Workbench, selection: Selection, articles: dict[str, str], retrieval: Retrieval
 ) -> dict[str, list[Item]]:
+    """The ungrounded workloads' prompts, on the cache of the model's own (unreviewed) answers."""
     return {
         "cache_assisted": [bench.cache_assisted(q, "cache_assisted", retrieval) for q in selection.cache_assisted],
         "rag": [bench.rag(q, articles[q.article]) for q in selection.rag],
@@ -161,16 +234,35 @@ def build_items(
     }
 
 
+def build_grounded_items(
+    bench: Workbench, selection: Selection, retrieval: Retrieval, staff_answers: Sequence[StaffAnswer]
+) -> dict[str, list[Item]]:
+    """Approve the cached first-wording answers and add the staff answers; then ground the later wordings on each."""
+    bench.approve_stored_answers()
+    for staff in staff_answers:
+        bench.store_staff_answer(staff)
+    return {
+        "grounded": [bench.grounded(q, "grounded", retrieval, bench.model_id) for q in selection.grounded],
+        "grounded_staff": [bench.grounded(q, "grounded_staff", retrieval, STAFF_MODEL_ID) for q in selection.grounded],
+    }
+
+
 def prepare_workloads(
-    decoder: Decoder, selection: Selection, articles: dict[str, str], retrieval: Retrieval
+    decoder: Decoder, selection: Selection, articles: dict[str, str], retrieval: Retrieval,
+    staff_answers: Sequence[StaffAnswer] = (), grounding: Grounding = Grounding(),
 ) -> Workloads:
-    """Fill a throwaway answer cache with greedy answers to first wordings; build every workload's prompts on it."""
+    """Fill a throwaway answer cache with greedy answers to first wordings; build every workload's prompts on it.
+
+    Prompts cost no decoding, so all are built whichever workloads run: retrieval is the same as in a full run.
+    """
     embedder = Embedder.load()
     with tempfile.TemporaryDirectory(prefix="bench-cache-") as cache_dir:
         cache = AnswerCache.open(cache_dir, embed=embedder.embed, dim=embedder.dim, embedder_name=embedder.name)
-        bench = Workbench(decoder, cache)
+        bench = Workbench(decoder, cache, grounding)
         for group in tqdm(selection.groups_to_store(), desc="filling the cache", unit="answer"):
             bench.store_first_wording(selection.groups[group][0])
+        cache_entries = len(bench.group_of_entry)
         items = build_items(bench, selection, articles, retrieval)
+        items |= build_grounded_items(bench, selection, retrieval, staff_answers)
         cache.close()
-    return Workloads(items, len(bench.group_of_entry))
+    return Workloads(items, cache_entries)

@@ -3,6 +3,7 @@
 import re
 
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+CELL_SEPARATOR = re.compile(r"(?<!\\)\|")  # a pipe, but not an escaped one inside a cell
 
 
 def sections(markdown: str) -> dict[str, str]:
@@ -19,7 +20,7 @@ def tables(text: str) -> list[list[list[str]]]:
     found, current = [], []
     for line in text.splitlines() + [""]:
         if line.startswith("|"):
-            cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+            cells = [cell.strip() for cell in CELL_SEPARATOR.split(line.strip().strip("|"))]
             if not all(set(cell) <= {"-"} and cell for cell in cells):
                 current.append(cells)
         elif current:

@@ -8,9 +8,11 @@ from pathlib import Path
 import pytest
 from report_helpers import cell_value, sections, tables
 
-from bench.methods import LLMA_METHODS, METHODS
+from bench.__main__ import parse_args
+from bench.methods import LLMA_METHODS, METHODS, PLAIN_GREEDY
 from bench.plots import PLOTS
-from bench.results import load
+from bench.report import GROUNDED_HEADING
+from bench.results import GROUNDED_WORKLOADS, load
 from bench.workloads import WORKLOADS, select_questions
 from data import Question
 
@@ -78,6 +80,21 @@ def test_a_paraphrase_retrieves_its_groups_answer_from_the_cache(bench_run):
 
 
 @pytest.mark.slow
+def test_grounded_questions_carry_the_approved_answer_and_a_plain_prompt_baseline(bench_run):
+    results = load(bench_run / "results.json")
+    for workload in GROUNDED_WORKLOADS:
+        (question,) = results.questions_of(workload)
+        assert question.is_grounded(), workload  # the first wording's answer (or the staff one) is close enough
+        assert question.references[0].question == "How do I reset my password?"
+        assert question.prompt_tokens > question.plain_prompt_tokens  # the approved answer is in the prompt
+        assert question.run(PLAIN_GREEDY).tokens > 0
+        assert all(question.run(m).identical for m in LLMA_METHODS)
+        assert 0 <= question.run("llma").copied_from_first_reference <= question.run("llma").copied_tokens
+    (table,) = tables(sections((bench_run / "report.md").read_text())[GROUNDED_HEADING])
+    assert [(row[0], row[2], row[-1]) for row in table[1:]] == [(w, "1", "0") for w in GROUNDED_WORKLOADS]
+
+
+@pytest.mark.slow
 def test_report_has_a_results_row_per_workload_and_method_and_plots_exist(bench_run):
     report = (bench_run / "report.md").read_text()
     (table,) = tables(sections(report)["Results"])
@@ -95,6 +112,13 @@ def test_redraw_writes_the_same_report_from_results_json(bench_run):
     (bench_run / "report.md").unlink()
     bench("--redraw", str(bench_run / "results.json"))
     assert (bench_run / "report.md").read_text() == written
+
+
+def test_workloads_option_picks_a_subset_in_bench_order():
+    assert parse_args(["--workloads", "grounded_staff, grounded"]).workloads == ["grounded", "grounded_staff"]
+    assert parse_args([]).workloads == list(WORKLOADS)
+    with pytest.raises(SystemExit):
+        parse_args(["--workloads", "grounded,nonsense"])
 
 
 def test_a_limit_covers_as_many_groups_as_it_can():

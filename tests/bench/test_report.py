@@ -129,6 +129,8 @@ def test_nothing_is_explained_when_every_target_is_met(shipped):
     for r in results.rows:
         r.speedup_vs_greedy = {"llma": 3.0, "oracle": 3.0}.get(r.method, 1.0)
         r.worst_speedup = max(r.worst_speedup or 1.0, 1.0)
-    assert [t.passed for t in compute_targets(results)] == [True] * 6
+    targets = compute_targets(results)
+    assert [t.passed for t in targets if "grounded" not in t.name] == [True] * 6
+    assert [t.passed for t in targets if "grounded" in t.name] == [None] * 5  # a run from before grounding
     assert shortfall_section(results, compute_targets(results)) == ""
     assert "Why targets are missed" not in sections(render_markdown(results, PLOTS))
