@@ -13,6 +13,7 @@ from cache.records import (
     QuestionCount,
     ReplyRecord,
 )
+from cache.staff import AuditFilter, AuditRecord, ProposalRecord, StaffRecord, StaffStore
 from cache.store import AnswerCache
 from cache.text import normalize_question
 from cache.vector_index import IndexHit, VectorIndex
@@ -21,6 +22,8 @@ __all__ = [
     "AnswerCache",
     "ArticleHit",
     "ArticleRecord",
+    "AuditFilter",
+    "AuditRecord",
     "CachedAnswer",
     "DashboardStats",
     "Embedder",
@@ -29,8 +32,11 @@ __all__ = [
     "IndexHit",
     "NewAnswer",
     "NewReply",
+    "ProposalRecord",
     "QuestionCount",
     "ReplyRecord",
+    "StaffRecord",
+    "StaffStore",
     "VectorIndex",
     "normalize_question",
 ]
