@@ -50,7 +50,7 @@ class AdminService:
             return account
         have = account.role if account else "no account"
         self.audit_log.record(actor or "(anonymous)", "denied", entry_id, details={"action": action, "role": have})
-        raise PermissionDenied(f"Only an {role} may {action.replace('_', ' ')} ({actor or 'nobody'} is {have}).")
+        raise PermissionDenied(f"Only an {role} may do this ({action}); {actor or 'nobody'} is {have}.")
 
     def account(self, actor: str) -> StaffAccount | None:
         return self.accounts.get(actor)

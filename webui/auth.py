@@ -147,21 +147,20 @@ class LoginGuard:
         if wait > 0:
             await anyio.to_thread.run_sync(self.admin.record_login, name, False, address, "locked")
             return await _locked(send, wait)
-        status, tokens = 0, []
 
         async def watch(message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-                tokens.extend(_set_cookie_tokens(message.get("headers", [])))
+            if message["type"] == "http.response.start":  # count and audit before the client hears the outcome
+                await self._after_login(name, address, message)
             await send(message)
 
         await self.app(scope, _replayer(body), watch)
-        ok = status == 200
+
+    async def _after_login(self, name: str, address: str, response_start: dict) -> None:
+        ok = response_start["status"] == 200
         if ok:
             self.throttle.succeeded(name)
             now = time.monotonic()
-            self._last_seen.update((token, now) for token in tokens)
+            self._last_seen.update((t, now) for t in _set_cookie_tokens(response_start.get("headers", [])))
         else:
             self.throttle.failed(name, address)
         await anyio.to_thread.run_sync(self.admin.record_login, name, ok, address, "" if ok else "wrong password")
