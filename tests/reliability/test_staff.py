@@ -68,9 +68,13 @@ def try_login(app: App, name: str, password: str) -> httpx.Response:
     return httpx.post(f"{app.url}/admin/login", data={"username": name, "password": password}, timeout=TIMEOUT_S)
 
 
+def chat_client(app: App) -> Client:
+    return Client(f"{app.url}/", verbose=False, httpx_kwargs={"timeout": TIMEOUT_S})
+
+
 def staff_client(app: App, name: str, password: str) -> Client:
     assert post_login(app, name, password).status_code == 200  # waits out any lockout first
-    return Client(app.admin_url, auth=(name, password), verbose=False)
+    return Client(app.admin_url, auth=(name, password), verbose=False, httpx_kwargs={"timeout": TIMEOUT_S})
 
 
 def audit_rows(app: App) -> list[dict]:
@@ -82,7 +86,7 @@ def audit_rows(app: App) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def entry_id(app: App) -> int:
-    chat = Client(f"{app.url}/", verbose=False)
+    chat = chat_client(app)
     _, stats = chat.predict("How do I reset my password?", [], api_name="/chat")
     return replies_table(app.data_dir)[stats["reply_id"]]["entry_id"]
 
@@ -214,7 +218,7 @@ def test_an_idle_session_must_log_in_again_and_an_active_one_stays(app):
 
 
 def test_a_flood_from_one_client_is_refused_while_another_client_is_answered(app):
-    flood, other = Client(f"{app.url}/", verbose=False), Client(f"{app.url}/", verbose=False)
+    flood, other = chat_client(app), chat_client(app)
     before = read_store(app.data_dir).reply_ids
     questions = [f"Flood question {i}: how do I add a user number {i} to my team?" for i in range(10)]
     jobs = [flood.submit(q, [], api_name="/chat") for q in questions]
@@ -236,3 +240,37 @@ def test_a_flood_from_one_client_is_refused_while_another_client_is_answered(app
     assert new == told_stored  # every answered question stored, nothing else
     stored_questions = {stored[i]["question"] for i in new}
     assert not {q for q, _ in refused} & stored_questions
+
+
+def log_in_page(browser, app: App, name: str, password: str):
+    """A fresh browser context logged in through Gradio's own login form."""
+    post_login(app, name, password)  # waits out a lockout left by the throttle test, if any
+    page = browser.new_context(viewport={"width": 1280, "height": 1000}).new_page()
+    page.goto(app.admin_url)
+    page.locator("input[type=password]").wait_for(timeout=60_000)
+    page.locator("input:not([type=password])").first.fill(name)
+    page.locator("input[type=password]").fill(password)
+    page.get_by_role("button", name="Login").click()
+    page.locator("#who").get_by_text(f"Logged in as {name}").wait_for(timeout=60_000)
+    return page
+
+
+@pytest.mark.browser
+def test_in_the_browser_an_agent_is_refused_a_delete_and_the_admin_sees_it_in_the_audit_log(app, browser):
+    _, stats = chat_client(app).predict("Can I print from Nimbus Drive?", [], api_name="/chat")
+    entry = replies_table(app.data_dir)[stats["reply_id"]]["entry_id"]
+    agent = log_in_page(browser, app, AGENT, AGENT_PW)
+    assert "(agent)" in agent.locator("#who").inner_text()
+    agent.locator("#entry-id input").fill(str(entry))
+    agent.get_by_role("button", name="Open", exact=True).click()
+    agent.locator("#entry-status").get_by_text(f"Entry #{entry}").wait_for(timeout=60_000)
+    agent.get_by_role("button", name="Delete entry").click()
+    agent.get_by_role("button", name="Really delete?").click()
+    agent.get_by_text("Only an admin may do this (delete)").first.wait_for(timeout=60_000)
+    assert entry in read_store(app.data_dir).entry_ids
+    admin = log_in_page(browser, app, ADMIN, ADMIN_PW)
+    admin.get_by_role("tab", name="Audit log").click()
+    admin.locator("#audit-actor input, #audit-actor textarea").first.fill(AGENT)
+    admin.locator("#audit-show").click()
+    admin.locator("#audit-table").get_by_text("denied").first.wait_for(timeout=60_000)
+    admin.screenshot(path=str(app.data_dir.parent / "audit.png"), full_page=True)
