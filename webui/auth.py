@@ -179,7 +179,7 @@ class LoginGuard:
         now = time.monotonic()
         live = [t for t in tokens if now - self._last_seen.get(t, -math.inf) <= self.limits.idle_s]
         if live and route != "/logout":
-            if not route.endswith("/heartbeat"):  # an open tab's keep-alive is not activity
+            if "/heartbeat/" not in route:  # an open tab's keep-alive is not activity
                 self._last_seen.update((t, now) for t in live)
             return scope
         for token in tokens:
