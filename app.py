@@ -8,10 +8,11 @@ import uvicorn
 from pydantic import SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from chatbot import AdminService, ChatService, ChatSettings
+from cache import StaffStore
+from chatbot import Accounts, AdminService, Admission, Bootstrap, ChatLimits, ChatService, ChatSettings, InputError
 from data import example_questions
 from decoding import ModelLoadError
-from webui import AdminLogin, build_app
+from webui import LoginLimits, build_app
 
 
 class Settings(BaseSettings):
@@ -33,8 +34,16 @@ class Settings(BaseSettings):
     grounding_threshold: float = ChatSettings.grounding_threshold
     grounding_answers: int = ChatSettings.grounding_answers
     grounding_token_budget: int = ChatSettings.grounding_token_budget
-    admin_user: str = "admin"
+    admin_user: str = "admin"  # the bootstrap admin, made only while the database has no admin account
     admin_password: SecretStr | None = None  # None: a random one is made and printed at start
+    login_max_failures: int = LoginLimits.max_failures
+    login_window_s: float = LoginLimits.window_s
+    login_lockout_s: float = LoginLimits.lockout_s
+    login_lockout_max_s: float = LoginLimits.lockout_max_s
+    admin_idle_s: float = LoginLimits.idle_s
+    chat_queue_size: int = ChatLimits.queue_size
+    chat_per_client: int = ChatLimits.per_client
+    chat_per_address: int = ChatLimits.per_address
 
     def chat_settings(self) -> ChatSettings:
         return ChatSettings(
@@ -44,11 +53,20 @@ class Settings(BaseSettings):
             grounding_answers=self.grounding_answers, grounding_token_budget=self.grounding_token_budget,
         )
 
+    def login_limits(self) -> LoginLimits:
+        return LoginLimits(
+            max_failures=self.login_max_failures, window_s=self.login_window_s, lockout_s=self.login_lockout_s,
+            lockout_max_s=self.login_lockout_max_s, idle_s=self.admin_idle_s,
+        )
+
+    def chat_limits(self) -> ChatLimits:
+        return ChatLimits(self.chat_queue_size, self.chat_per_client, self.chat_per_address)
+
 
 def main() -> None:
     try:
         settings = Settings()
-        chat_settings = settings.chat_settings()
+        chat_settings, chat_limits = settings.chat_settings(), settings.chat_limits()
     except (ValidationError, ValueError) as err:
         _fail(f"bad setting: {err}")
     try:
@@ -57,12 +75,24 @@ def main() -> None:
         )
     except ModelLoadError as err:
         _fail(f"cannot load the model: {err}")
-    login = AdminLogin.from_settings(settings.admin_user, _secret(settings.admin_password))
-    print(login.announcement("CHATBOT_ADMIN_PASSWORD"), flush=True)
+    accounts = Accounts(StaffStore.open(settings.data_dir, settings.db_url))
+    try:
+        bootstrap = accounts.bootstrap(settings.admin_user, _secret(settings.admin_password))
+    except InputError as err:
+        _fail(f"CHATBOT_ADMIN_PASSWORD: {err}")
+    print(_announcement(bootstrap, "CHATBOT_ADMIN_PASSWORD"), flush=True)
     print(f"Chat: http://{settings.host}:{settings.port}/   Admin: http://{settings.host}:{settings.port}/admin")
-    admin = AdminService(service.cache, service)
-    app = build_app(service, admin, login, example_questions())
+    admin = AdminService(service.cache, service, accounts)
+    app = build_app(service, admin, example_questions(), Admission(chat_limits), settings.login_limits())
     uvicorn.run(app, host=settings.host, port=settings.port, timeout_graceful_shutdown=5)
+
+
+def _announcement(bootstrap: Bootstrap, env_var: str) -> str:
+    """The one line printed at start; shows the password only when it was generated."""
+    if not bootstrap.created:
+        return "Admin login: staff accounts in the database (add or reset one: python -m chatbot.users --help)"
+    password = bootstrap.password or f"(the password set in {env_var})"
+    return f"Admin login: {bootstrap.name} / {password}"
 
 
 def _secret(value: SecretStr | None) -> str | None:

@@ -14,6 +14,7 @@ from cache.records import (
     QuestionCount,
     ReplyRecord,
 )
+from cache.staff import AuditFilter, AuditRecord, ProposalRecord, StaffRecord, StaffStore
 from cache.store import AnswerCache
 from cache.text import normalize_question
 from cache.vector_index import IndexHit, VectorIndex
@@ -23,6 +24,8 @@ __all__ = [
     "AnswerCache",
     "ArticleHit",
     "ArticleRecord",
+    "AuditFilter",
+    "AuditRecord",
     "CachedAnswer",
     "DashboardStats",
     "Embedder",
@@ -31,8 +34,11 @@ __all__ = [
     "IndexHit",
     "NewAnswer",
     "NewReply",
+    "ProposalRecord",
     "QuestionCount",
     "ReplyRecord",
+    "StaffRecord",
+    "StaffStore",
     "VectorIndex",
     "normalize_question",
 ]

@@ -361,20 +361,22 @@ class AnswerCache:
                 self._save_index()
         return updated
 
-    def set_review(self, entry_ids: Iterable[int], review: str) -> int:
-        """Put entries into a review state (approve or reject, one or in bulk); returns how many exist.
+    def set_review(self, entry_ids: Iterable[int], review: str) -> list[int]:
+        """Put entries into a review state (approve or reject, one or in bulk); returns the ids that exist.
 
         Lookups read the state from the rows, so every replica sees it at once: no index change is needed.
         """
         _check_review(review)
         ids = sorted({int(i) for i in entry_ids})
         if not ids:
-            return 0
+            return []
         with self._lock, self._sessions.begin() as session:
-            return session.execute(
-                update(Entry).where(Entry.id.in_(ids)).values(review=review, updated_at=utc_now())
+            found = list(session.scalars(select(Entry.id).where(Entry.id.in_(ids)).order_by(Entry.id)))
+            session.execute(
+                update(Entry).where(Entry.id.in_(found)).values(review=review, updated_at=utc_now())
                 .execution_options(synchronize_session=False)
-            ).rowcount
+            )
+        return found
 
     def delete_entry(self, entry_id: int) -> bool:
         """Delete the row first, then its vector; replies keep their text with entry_id set to None."""

@@ -3,15 +3,42 @@
 The records the services return are re-exported here, so that the web UI needs no import from `cache`.
 """
 
-from cache import REVIEW_STATES, ArticleRecord, CachedAnswer, DashboardStats, EntryPage, QuestionCount, ReplyRecord
+from cache import (
+    REVIEW_STATES,
+    ArticleRecord,
+    AuditFilter,
+    AuditRecord,
+    CachedAnswer,
+    DashboardStats,
+    EntryPage,
+    ProposalRecord,
+    QuestionCount,
+    ReplyRecord,
+    StaffRecord,
+)
 
-from .admin import AdminService
+from .accounts import ROLES, Accounts, Bootstrap, PermissionDenied, StaffAccount
+from .admin import ACTIONS, AdminService
+from .admission import Admission, ChatBusy, ChatLimits
 from .prompt import InputError
 from .service import ChatService, ChatSettings, Reply, ReplyReferences, Span, Verification
 from .stats import ArticleUse, ReferenceUse, ReplyStats
 
 __all__ = [
     "REVIEW_STATES",
+    "ACTIONS",
+    "Accounts",
+    "Admission",
+    "AuditFilter",
+    "AuditRecord",
+    "Bootstrap",
+    "ChatBusy",
+    "ChatLimits",
+    "PermissionDenied",
+    "ProposalRecord",
+    "ROLES",
+    "StaffAccount",
+    "StaffRecord",
     "AdminService",
     "ArticleUse",
     "ArticleRecord",

@@ -1,22 +1,74 @@
-"""What the admin pages do: browse and edit cached answers, the knowledge base, served replies, the dashboard,
-and JSONL import/export. The web UI calls this, never the cache itself."""
+"""What the staff pages do: browse and edit cached answers, the knowledge base, served replies, the dashboard,
+JSONL import/export, edit proposals, staff accounts and the audit log. The web UI calls this, never the cache.
 
+Every method takes the acting user's name first and checks that user's role in the database on each call, so
+a role changed or an account removed takes effect at once, whatever page the user still has open. Every change
+writes exactly one audit row after it succeeded; a refused call writes one `denied` row instead.
+"""
+
+import json
 from pathlib import Path
 
-from cache import REVIEW_STATES, AnswerCache, ArticleRecord, CachedAnswer, DashboardStats, EntryPage, ReplyRecord
+from cache import (
+    REVIEW_STATES,
+    AnswerCache,
+    ArticleRecord,
+    AuditFilter,
+    AuditRecord,
+    CachedAnswer,
+    DashboardStats,
+    EntryPage,
+    ProposalRecord,
+    ReplyRecord,
+    StaffRecord,
+)
 
+from .accounts import Accounts, PermissionDenied, StaffAccount, outranks
 from .prompt import InputError, answer_token_ids
 from .service import ChatService, Verification
 
+# Audit action names; "approve", "reject" and "unreview" change the review state of cached answers.
+REVIEW_ACTIONS = {"approved": "approve", "rejected": "reject", "candidate": "unreview"}
+ALL = AuditFilter()  # no filter: every row
+ACTIONS = (
+    "login", "login_failed", "edit", "delete", "approve", "reject", "unreview", "propose", "dismiss_proposal", "import",
+    "export", "article_save", "article_delete", "user_add", "user_reset", "user_role", "user_remove", "denied",
+)
+
 
 class AdminService:
-    def __init__(self, cache: AnswerCache, chat: ChatService) -> None:
+    def __init__(self, cache: AnswerCache, chat: ChatService, accounts: Accounts) -> None:
         self.cache, self.chat = cache, chat  # chat: its tokenizer for edited answers, its model for verify
+        self.accounts = accounts
+        self.audit_log = accounts.store
+
+    # --- who may do what ---------------------------------------------------------------------------
+
+    def require_role(self, actor: str, role: str, action: str, entry_id: int | None = None) -> StaffAccount:
+        """The acting account if its role is at least `role`; otherwise a `denied` audit row and PermissionDenied."""
+        account = self.accounts.get(actor)
+        if account is not None and outranks(account.role, role):
+            return account
+        have = account.role if account else "no account"
+        self.audit_log.record(actor or "(anonymous)", "denied", entry_id, details={"action": action, "role": have})
+        raise PermissionDenied(f"Only an {role} may do this ({action}); {actor or 'nobody'} is {have}.")
+
+    def account(self, actor: str) -> StaffAccount | None:
+        return self.accounts.get(actor)
+
+    def record_login(self, name: str, ok: bool, address: str, reason: str = "") -> None:
+        """One audit row per login attempt (called by the login route, which knows the client's address)."""
+        details = {"address": address, **({"reason": reason} if reason else {})}
+        self.audit_log.record(name or "(empty)", "login" if ok else "login_failed", details=details)
+
+    def authenticate(self, name: str, password: str) -> StaffAccount | None:
+        return self.accounts.authenticate(name, password)
 
     # --- cached answers ----------------------------------------------------------------------------
 
     def list_entries(
         self,
+        actor: str,
         search: str = "",
         sort: str = "date",
         descending: bool = True,
@@ -26,26 +78,34 @@ class AdminService:
     ) -> EntryPage:
         """One page of entries whose question or answer contains `search`; `sort` is one of cache.SORTS;
         `review` keeps one review state (None: all)."""
+        self.require_role(actor, "agent", "list_entries")
         return self.cache.list_entries(search, sort, descending, limit=limit, offset=offset, review=review)
 
-    def set_review(self, entry_ids: list[int], review: str) -> int:
-        """Approve or reject entries (or send them back to candidate); returns how many exist.
+    def set_review(self, actor: str, entry_ids: list[int], review: str) -> int:
+        """Approve or reject entries (or send them back to candidate), an admin only; returns how many exist.
 
-        Only approved answers guide replies from inside the prompt under the default grounding; a
-        customer's thumbs-up approves nothing.
+        One audit row per entry changed. Only approved answers guide replies from inside the prompt under the
+        default grounding; a customer's thumbs-up approves nothing.
         """
         if review not in REVIEW_STATES:
             raise InputError(f"The review state must be one of {', '.join(REVIEW_STATES)}.")
-        return self.cache.set_review(entry_ids, review)
+        action = REVIEW_ACTIONS[review]
+        self.require_role(actor, "admin", action, entry_ids[0] if len(entry_ids) == 1 else None)
+        changed = self.cache.set_review(entry_ids, review)
+        for entry_id in changed:
+            self.audit_log.record(actor, action, entry_id, details={"review": review})
+        return len(changed)
 
-    def get_entry(self, entry_id: int) -> CachedAnswer | None:
+    def get_entry(self, actor: str, entry_id: int) -> CachedAnswer | None:
+        self.require_role(actor, "agent", "open_entry", entry_id)
         return self.cache.get_entry(entry_id)
 
-    def edit_entry(self, entry_id: int, question: str, answer: str) -> bool:
+    def edit_entry(self, actor: str, entry_id: int, question: str, answer: str, proposal_id: int | None = None) -> bool:
         """Save what changed (an edited answer with its token ids); False when nothing did.
 
         Raises KeyError for an unknown entry and InputError for an empty question or answer.
         """
+        self.require_role(actor, "admin", "edit", entry_id)
         entry = self.cache.get_entry(entry_id)
         if entry is None:
             raise KeyError(f"no entry {entry_id}")
@@ -58,63 +118,197 @@ class AdminService:
             changes.update(answer=answer, answer_ids=answer_token_ids(self.chat.tokenizer, answer))
         if not changes:
             return False
-        # Staff wrote or checked these words: an edited answer is approved.
+        # Staff wrote or checked these words: an edited answer is approved (and guides replies).
         self.cache.update_entry(entry.id, **changes, review="approved")
+        details = {"before": _texts(entry.question, entry.answer), "after": _texts(question, answer)}
+        if proposal_id is not None:
+            details["proposal_id"] = proposal_id
+        self.audit_log.record(actor, "edit", entry.id, details=details)
         return True
 
-    def delete_entry(self, entry_id: int) -> bool:
+    def delete_entry(self, actor: str, entry_id: int) -> bool:
         """Delete an entry; its replies stay, no longer linked to it. False when there was no such entry."""
-        return self.cache.delete_entry(entry_id)
+        self.require_role(actor, "admin", "delete", entry_id)
+        entry = self.cache.get_entry(entry_id)
+        if entry is None or not self.cache.delete_entry(entry_id):
+            return False
+        self.audit_log.record(actor, "delete", entry_id, details={"before": _texts(entry.question, entry.answer)})
+        return True
+
+    def entry_history(self, actor: str, entry_id: int) -> list[AuditRecord]:
+        """Every audit row about this entry, newest first."""
+        self.require_role(actor, "agent", "entry_history", entry_id)
+        return self.audit_log.audit(AuditFilter(entry_id=entry_id))
+
+    # --- edit proposals ----------------------------------------------------------------------------
+
+    def propose_edit(self, actor: str, entry_id: int, question: str, answer: str) -> int:
+        """Store an agent's (or admin's) proposed edit for an admin to apply; returns the proposal id."""
+        self.require_role(actor, "agent", "propose", entry_id)
+        entry = self.cache.get_entry(entry_id)
+        if entry is None:
+            raise KeyError(f"no entry {entry_id}")
+        if not question.strip() or not answer.strip():
+            raise InputError("Question and answer must not be empty.")
+        if (question, answer) == (entry.question, entry.answer):
+            raise InputError("The proposal changes nothing.")
+        proposal_id = self.audit_log.add_proposal(entry_id, question, answer, actor)
+        details = {"proposal_id": proposal_id, "after": _texts(question, answer)}
+        self.audit_log.record(actor, "propose", entry_id, details=details)
+        return proposal_id
+
+    def pending_proposals(self, actor: str) -> list[ProposalRecord]:
+        self.require_role(actor, "agent", "list_proposals")
+        return self.audit_log.pending_proposals()
+
+    def apply_proposal(self, actor: str, proposal_id: int) -> bool:
+        """Apply a pending proposal as an edit (audited as that edit); False when it is no longer pending."""
+        proposal = self.audit_log.get_proposal(proposal_id)
+        self.require_role(actor, "admin", "edit", proposal.entry_id if proposal else None)
+        if proposal is None or proposal.status != "pending":
+            return False
+        if not self.audit_log.decide_proposal(proposal_id, "applied", actor):  # first, so it applies only once
+            return False
+        try:
+            if self.edit_entry(actor, proposal.entry_id, proposal.question, proposal.answer, proposal_id):
+                return True
+            reason = "the entry already reads like this"
+        except KeyError:
+            reason = "the entry was deleted"
+        details = {"proposal_id": proposal_id, "reason": reason}
+        self.audit_log.record(actor, "dismiss_proposal", proposal.entry_id, details=details)
+        return False
+
+    def dismiss_proposal(self, actor: str, proposal_id: int) -> bool:
+        proposal = self.audit_log.get_proposal(proposal_id)
+        self.require_role(actor, "admin", "dismiss_proposal", proposal.entry_id if proposal else None)
+        if proposal is None or not self.audit_log.decide_proposal(proposal_id, "dismissed", actor):
+            return False
+        self.audit_log.record(actor, "dismiss_proposal", proposal.entry_id, details={"proposal_id": proposal_id})
+        return True
 
     # --- served replies ----------------------------------------------------------------------------
 
-    def replies_for_entry(self, entry_id: int) -> list[ReplyRecord]:
+    def replies_for_entry(self, actor: str, entry_id: int) -> list[ReplyRecord]:
+        self.require_role(actor, "agent", "list_replies", entry_id)
         return self.cache.replies_for_entry(entry_id)
 
-    def recent_replies(self, limit: int = 50) -> list[ReplyRecord]:
+    def recent_replies(self, actor: str, limit: int = 50) -> list[ReplyRecord]:
+        self.require_role(actor, "agent", "list_replies")
         return self.cache.recent_replies(limit=limit)
 
-    def verify(self, reply_id: int) -> Verification:
+    def verify(self, actor: str, reply_id: int) -> Verification:
         """Rerun a reply with plain greedy decoding (waits for the model); KeyError or ValueError if it cannot."""
+        self.require_role(actor, "agent", "verify")
         return self.chat.verify(reply_id)
 
     # --- knowledge base ----------------------------------------------------------------------------
 
-    def list_articles(self) -> list[ArticleRecord]:
+    def list_articles(self, actor: str) -> list[ArticleRecord]:
+        self.require_role(actor, "agent", "list_articles")
         return self.cache.list_articles()
 
-    def get_article(self, article_id: str) -> ArticleRecord | None:
+    def get_article(self, actor: str, article_id: str) -> ArticleRecord | None:
+        self.require_role(actor, "agent", "open_article")
         return self.cache.get_article(article_id)
 
-    def save_article(self, article_id: str, title: str, body: str) -> ArticleRecord:
+    def save_article(self, actor: str, article_id: str, title: str, body: str) -> ArticleRecord:
         """Create or replace an article (re-embedded, so matching questions find it at once).
 
         Raises InputError when the id, title or body is empty.
         """
+        self.require_role(actor, "admin", "article_save")
         article_id, title, body = article_id.strip(), title.strip(), body.strip()
         if not article_id or not title or not body:
             raise InputError("An article needs an id, a title and a body.")
-        return self.cache.upsert_article(article_id, title, body)
+        before = self.cache.get_article(article_id)
+        saved = self.cache.upsert_article(article_id, title, body)
+        details = {"before": _article(before) if before else None, "after": _article(saved)}
+        self.audit_log.record(actor, "article_save", target=f"article:{article_id}", details=details)
+        return saved
 
-    def delete_article(self, article_id: str) -> bool:
-        return self.cache.delete_article(article_id.strip())
+    def delete_article(self, actor: str, article_id: str) -> bool:
+        self.require_role(actor, "admin", "article_delete")
+        article_id = article_id.strip()
+        before = self.cache.get_article(article_id)
+        if before is None or not self.cache.delete_article(article_id):
+            return False
+        self.audit_log.record(actor, "article_delete", target=f"article:{article_id}",
+                              details={"before": _article(before)})
+        return True
 
     # --- dashboard and transfer --------------------------------------------------------------------
 
-    def dashboard_stats(self) -> DashboardStats:
+    def dashboard_stats(self, actor: str) -> DashboardStats:
+        self.require_role(actor, "agent", "dashboard")
         return self.cache.dashboard_stats()
 
-    def reply_series(self) -> list[dict]:
+    def reply_series(self, actor: str) -> list[dict]:
         """One point per reply, oldest first: created_at, speedup, tokens_per_forward_pass, seconds_saved."""
+        self.require_role(actor, "agent", "dashboard")
         return self.cache.reply_series()
 
-    def export_jsonl(self, path: str | Path) -> int:
+    def export_jsonl(self, actor: str, path: str | Path) -> int:
         """Write every cached answer and article to `path` as JSON Lines; returns the number of lines."""
-        return self.cache.export_jsonl(path)
+        self.require_role(actor, "admin", "export")
+        count = self.cache.export_jsonl(path)
+        self.audit_log.record(actor, "export", target=Path(path).name, details={"records": count})
+        return count
 
-    def import_jsonl(self, path: str | Path, approve: bool = False) -> int:
+    def import_jsonl(self, actor: str, path: str | Path, approve: bool = False) -> int:
         """Add or update the records of an export in one transaction; ValueError (nothing imported) on a bad line.
 
         `approve` marks every imported answer approved; otherwise each keeps the review state in the file.
         """
-        return self.cache.import_jsonl(path, approve=approve)
+        self.require_role(actor, "admin", "import")
+        count = self.cache.import_jsonl(path, approve=approve)
+        details = {"records": count, "approved": approve}
+        self.audit_log.record(actor, "import", target=Path(path).name, details=details)
+        return count
+
+    # --- staff accounts and the audit log -----------------------------------------------------------
+
+    def list_users(self, actor: str) -> list[StaffRecord]:
+        self.require_role(actor, "admin", "list_users")
+        return self.accounts.list()
+
+    def add_user(self, actor: str, name: str, role: str, password: str) -> None:
+        self.require_role(actor, "admin", "user_add")
+        self.accounts.add(name, role, password, actor)
+
+    def reset_password(self, actor: str, name: str, password: str) -> None:
+        self.require_role(actor, "admin", "user_reset")
+        self.accounts.reset_password(name, password, actor)
+
+    def set_role(self, actor: str, name: str, role: str) -> None:
+        self.require_role(actor, "admin", "user_role")
+        self.accounts.set_role(name, role, actor)
+
+    def remove_user(self, actor: str, name: str) -> None:
+        self.require_role(actor, "admin", "user_remove")
+        self.accounts.remove(name, actor)
+
+    def audit(self, actor: str, which: AuditFilter = ALL, limit: int = 200) -> list[AuditRecord]:
+        self.require_role(actor, "admin", "read_audit")
+        return self.audit_log.audit(which, limit)
+
+    def export_audit(self, actor: str, path: str | Path, which: AuditFilter = ALL) -> int:
+        """Write the matching audit rows to `path` as JSON Lines, oldest first; returns how many.
+
+        Reading the log is not itself a staff action on the data, so it leaves no audit row.
+        """
+        self.require_role(actor, "admin", "export_audit")
+        count = 0
+        with open(path, "w", encoding="utf-8") as out:
+            for record in self.audit_log.iter_audit(which):
+                out.write(json.dumps(record.to_json(), ensure_ascii=False) + "\n")
+                count += 1
+        return count
+
+
+def _texts(question: str, answer: str) -> dict:
+    return {"question": question, "answer": answer}
+
+
+def _article(article: ArticleRecord) -> dict:
+    return {"title": article.title, "body": article.body}

@@ -75,7 +75,8 @@ def build_reference_index(
     "assistant" header), so a past answer can be copied from the reply's very first token.
     """
     index = ReferenceIndex(max_match_len=options.max_match_len)
-    lead_in = list(prompt_ids[len(prompt_ids) - options.lead_in_len :]) if options.lead_in_len else []
+    lead_in_len = min(options.lead_in_len, len(prompt_ids))
+    lead_in = list(prompt_ids[len(prompt_ids) - lead_in_len :]) if lead_in_len else []
     for i, ref in enumerate(references):
         index.add(i, [*lead_in, *ref])
     if options.use_prompt:

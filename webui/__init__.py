@@ -1,6 +1,6 @@
-"""The web UI: a public chat page and a login-protected admin page, both Gradio apps in one FastAPI app."""
+"""The web UI: a public chat page and a login-protected staff page, both Gradio apps in one FastAPI app."""
 
-from .auth import AdminLogin
+from .auth import LoginLimits, StaffLogin
 from .server import build_app
 
-__all__ = ["AdminLogin", "build_app"]
+__all__ = ["LoginLimits", "StaffLogin", "build_app"]

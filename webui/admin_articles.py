@@ -4,7 +4,7 @@ import gradio as gr
 
 from chatbot import AdminService, InputError
 
-from .auth import PRIVATE, AdminLogin
+from .auth import PRIVATE, StaffLogin, shows_refusals
 from .format import escape_markup
 from .widgets import confirmed_delete, hidden_button, utc_time
 
@@ -12,7 +12,7 @@ ARTICLE_COLUMNS = ["id", "title", "updated (UTC)"]
 
 
 class ArticleEditor:
-    def __init__(self, admin: AdminService, login: AdminLogin) -> None:
+    def __init__(self, admin: AdminService, login: StaffLogin) -> None:
         self.admin, self.login = admin, login
 
     def build(self) -> gr.Dataframe:
@@ -40,29 +40,33 @@ class ArticleEditor:
         )
         return table
 
+    @shows_refusals
     def list_articles(self, request: gr.Request) -> list[list]:
-        self.login.require(request)
-        return [[a.id, a.title, utc_time(a.updated_at)] for a in self.admin.list_articles()]
+        user = self.login.require(request)
+        return [[a.id, a.title, utc_time(a.updated_at)] for a in self.admin.list_articles(user)]
 
+    @shows_refusals
     def open_article(self, evt: gr.SelectData, request: gr.Request):
-        self.login.require(request)
-        article = self.admin.get_article(str(evt.row_value[0]))
+        user = self.login.require(request)
+        article = self.admin.get_article(user, str(evt.row_value[0]))
         if article is None:
             return "", "", "", "That article was deleted meanwhile."
         return article.id, article.title, article.body, f"Editing article **{escape_markup(article.id)}**."
 
+    @shows_refusals
     def save_article(self, article_id: str, title: str, body: str, request: gr.Request) -> str:
         """Create or replace the article; it is re-embedded, so matching questions find it at once."""
-        self.login.require(request)
+        user = self.login.require(request)
         try:
-            article = self.admin.save_article(article_id, title, body)
+            article = self.admin.save_article(user, article_id, title, body)
         except InputError as err:
             return str(err)
         return f"Saved article **{escape_markup(article.id)}**."
 
+    @shows_refusals
     def delete_article(self, article_id: str, request: gr.Request):
-        self.login.require(request)
-        deleted = self.admin.delete_article(article_id)
+        user = self.login.require(request)
+        deleted = self.admin.delete_article(user, article_id)
         status = f"Deleted article **{escape_markup(article_id)}**." if deleted else "No such article."
         return status, hidden_button()
 

@@ -1,4 +1,5 @@
-"""Admin tab: browse, search, open, edit, approve, reject and delete cached answers."""
+"""Admin tab: browse, search, open, edit, approve, reject and delete cached answers; propose edits and apply
+proposals."""
 
 from dataclasses import dataclass
 
@@ -6,10 +7,21 @@ import gradio as gr
 
 from chatbot import REVIEW_STATES, AdminService, CachedAnswer, InputError
 
-from .auth import PRIVATE, AdminLogin
-from .widgets import REPLY_COLUMNS, confirmed_delete, hidden_button, reply_row, row_picker, shorten, utc_time
+from .auth import PRIVATE, StaffLogin, shows_refusals
+from .widgets import (
+    AUDIT_COLUMNS,
+    REPLY_COLUMNS,
+    audit_row,
+    confirmed_delete,
+    hidden_button,
+    reply_row,
+    row_picker,
+    shorten,
+    utc_time,
+)
 
 PAGE_SIZE = 20
+PROPOSAL_COLUMNS = ["proposal", "entry", "by", "question", "answer", "proposed (UTC)"]
 SORTS = ["date", "hits", "speedup", "uses"]
 REVIEW_FILTERS = ["all", *REVIEW_STATES]
 ENTRY_COLUMNS = ["id", "review", "question", "answer", "hits", "uses", "speedup", "created (UTC)"]
@@ -30,11 +42,12 @@ class EntryView:
     answer: gr.Textbox
     stats: gr.JSON
     replies: gr.Dataframe
+    history: gr.Dataframe
     status: gr.Markdown
 
 
 class CacheBrowser:
-    def __init__(self, admin: AdminService, login: AdminLogin) -> None:
+    def __init__(self, admin: AdminService, login: StaffLogin) -> None:
         self.admin, self.login = admin, login
 
     def build(self) -> gr.Dataframe:
@@ -85,9 +98,12 @@ class CacheBrowser:
             entry_id, gr.Textbox(label="Question", elem_id="entry-question"),
             gr.Textbox(label="Answer", lines=8, elem_id="entry-answer"), gr.JSON(label="Stats when it was decoded"),
             gr.Dataframe(headers=REPLY_COLUMNS, label="Replies served from this entry", interactive=False),
+            gr.Dataframe(headers=AUDIT_COLUMNS, label="History of this entry", interactive=False,
+                         elem_id="entry-history"),
             gr.Markdown(elem_id="entry-status"),
         )
-        shown = [view.question, view.answer, view.stats, view.replies, view.status]
+        shown = [view.question, view.answer, view.stats, view.replies, view.history, view.status]
+        self.shown = shown
         open_button.click(self.open_entry, [entry_id], shown, api_name="open_entry")
         table.select(row_picker(self.login), None, [entry_id], **PRIVATE).then(
             self.open_entry, [entry_id], shown, **PRIVATE
@@ -96,7 +112,8 @@ class CacheBrowser:
 
     def _edit_buttons(self, view: EntryView) -> None:
         with gr.Row():
-            save = gr.Button("Save changes (approves the answer)", variant="primary")
+            save = gr.Button("Save changes (admin; approves the answer)", variant="primary", elem_id="save-entry")
+            propose = gr.Button("Propose this edit", elem_id="propose-edit")
             approve = gr.Button("Approve", elem_id="entry-approve")
             reject = gr.Button("Reject", elem_id="entry-reject")
             confirm = confirmed_delete("Delete entry")
@@ -104,75 +121,136 @@ class CacheBrowser:
             button.click(self.review_one, [view.entry_id, gr.State(review)], [view.status], **PRIVATE).then(
                 self.list_page, [*self.query, self.page, gr.State(0)], self.table_outputs, **PRIVATE
             )
-        save.click(self.save_entry, [view.entry_id, view.question, view.answer], [view.status], api_name="edit_entry")
+        texts = [view.entry_id, view.question, view.answer]
+        save.click(self.save_entry, texts, [view.status], api_name="edit_entry")
+        propose.click(self.propose_edit, texts, [view.status], api_name="propose_edit")
         confirm.click(self.delete_entry, [view.entry_id], [view.status, confirm], api_name="delete_entry").then(
             self.list_page, [*self.query, self.page, gr.State(0)], self.table_outputs, **PRIVATE
+        )
+        self._proposals()
+
+    def _proposals(self) -> None:
+        gr.Markdown("### Proposed edits\nAgents propose edits; an admin applies or dismisses them.")
+        refresh = gr.Button("Refresh proposals", size="sm")
+        table = gr.Dataframe(headers=PROPOSAL_COLUMNS, interactive=False, wrap=True, elem_id="proposal-table")
+        with gr.Row():
+            proposal_id = gr.Number(label="Proposal id (or click a row)", precision=0, elem_id="proposal-id")
+            apply = gr.Button("Apply", variant="primary", elem_id="apply-proposal")
+            dismiss = gr.Button("Dismiss", elem_id="dismiss-proposal")
+        status = gr.Markdown(elem_id="proposal-status")
+        refresh.click(self.list_proposals, None, [table], api_name="list_proposals")
+        table.select(row_picker(self.login), None, [proposal_id], **PRIVATE)
+        apply.click(self.apply_proposal, [proposal_id], [status], api_name="apply_proposal").then(
+            self.list_proposals, None, [table], **PRIVATE
+        )
+        dismiss.click(self.dismiss_proposal, [proposal_id], [status], api_name="dismiss_proposal").then(
+            self.list_proposals, None, [table], **PRIVATE
         )
 
     # --- handlers ----------------------------------------------------------------------------------
 
+    @shows_refusals
     def list_page(
         self, search: str, sort: str, descending: bool, review: str, page: int, step: int, request: gr.Request
     ):
         """One page of entries; `step` moves a page back (-1) or forward (1), 0 stays (or starts over)."""
-        self.login.require(request)
+        user = self.login.require(request)
         state = None if review in (None, "", "all") else review
-        total = self.admin.list_entries(search, sort, descending, limit=1, review=state).total
+        total = self.admin.list_entries(user, search, sort, descending, limit=1, review=state).total
         last = max(0, (total - 1) // PAGE_SIZE)
         page = min(max(0, page + step), last)
         entries = self.admin.list_entries(
-            search, sort, descending, limit=PAGE_SIZE, offset=page * PAGE_SIZE, review=state
+            user, search, sort, descending, limit=PAGE_SIZE, offset=page * PAGE_SIZE, review=state
         )
         info = f"Page {page + 1} of {last + 1} · {total} entries" + (f" ({state})" if state else "")
         return [_entry_row(e) for e in entries.entries], info, page
 
+    @shows_refusals
     def open_entry(self, entry_id: float | None, request: gr.Request):
-        """The entry's question, answer and stats, and the replies served from it."""
-        self.login.require(request)
-        entry = self.admin.get_entry(int(entry_id)) if entry_id else None
+        """The entry's question, answer and stats, the replies served from it and its history."""
+        user = self.login.require(request)
+        history = [audit_row(r) for r in self.admin.entry_history(user, int(entry_id))] if entry_id else []
+        entry = self.admin.get_entry(user, int(entry_id)) if entry_id else None
         if entry is None:
-            return "", "", None, [], f"No entry with id {entry_id}."
-        replies = [reply_row(r) for r in self.admin.replies_for_entry(entry.id)]
+            return "", "", None, [], history, f"No entry with id {entry_id}."
+        replies = [reply_row(r) for r in self.admin.replies_for_entry(user, entry.id)]
         status = (
             f"Entry #{entry.id} ({entry.review}): {entry.hits} exact hits, used {entry.uses} times as a reference."
         )
-        return entry.question, entry.answer, entry.stats, replies, status
+        return entry.question, entry.answer, entry.stats, replies, history, status
 
+    @shows_refusals
     def save_entry(self, entry_id: float | None, question: str, answer: str, request: gr.Request) -> str:
-        self.login.require(request)
+        user = self.login.require(request)
         if not entry_id:
             return f"No entry with id {entry_id}."
         try:
-            changed = self.admin.edit_entry(int(entry_id), question, answer)
+            changed = self.admin.edit_entry(user, int(entry_id), question, answer)
         except KeyError:
             return f"No entry with id {entry_id}."
         except InputError as err:
             return str(err)
         return f"Saved entry #{int(entry_id)}." if changed else "Nothing changed."
 
+    @shows_refusals
     def review_entries(self, ids: str, review: str, request: gr.Request) -> str:
-        """Approve or reject the entries named in `ids` ("3, 7, 10-14")."""
-        self.login.require(request)
+        """Approve or reject the entries named in `ids` ("3, 7, 10-14"); an admin only."""
+        user = self.login.require(request)
         try:
             entry_ids = parse_ids(ids)
-            found = self.admin.set_review(entry_ids, review)
+            found = self.admin.set_review(user, entry_ids, review)
         except (ValueError, InputError) as err:
             return str(err)
         missing = len(entry_ids) - found
         note = f" ({missing} of the ids name no entry)" if missing else ""
         return f"{review.capitalize()} {found} entr{'y' if found == 1 else 'ies'}{note}."
 
+    @shows_refusals
     def review_one(self, entry_id: float | None, review: str, request: gr.Request) -> str:
-        self.login.require(request)
-        if not entry_id or not self.admin.set_review([int(entry_id)], review):
+        user = self.login.require(request)
+        if not entry_id or not self.admin.set_review(user, [int(entry_id)], review):
             return f"No entry with id {entry_id}."
         return f"Entry #{int(entry_id)} is now {review}."
 
+    @shows_refusals
     def delete_entry(self, entry_id: float | None, request: gr.Request):
-        self.login.require(request)
-        deleted = bool(entry_id) and self.admin.delete_entry(int(entry_id))
+        user = self.login.require(request)
+        deleted = bool(entry_id) and self.admin.delete_entry(user, int(entry_id))
         status = f"Deleted entry #{int(entry_id)}." if deleted else f"No entry with id {entry_id}."
         return status, hidden_button()
+
+    @shows_refusals
+    def propose_edit(self, entry_id: float | None, question: str, answer: str, request: gr.Request) -> str:
+        user = self.login.require(request)
+        if not entry_id:
+            return f"No entry with id {entry_id}."
+        try:
+            proposal_id = self.admin.propose_edit(user, int(entry_id), question, answer)
+        except KeyError:
+            return f"No entry with id {entry_id}."
+        except InputError as err:
+            return str(err)
+        return f"Proposed edit #{proposal_id} of entry #{int(entry_id)}; an admin will review it."
+
+    @shows_refusals
+    def list_proposals(self, request: gr.Request) -> list[list]:
+        user = self.login.require(request)
+        return [
+            [p.id, p.entry_id, p.proposed_by, shorten(p.question), shorten(p.answer), utc_time(p.created_at)]
+            for p in self.admin.pending_proposals(user)
+        ]
+
+    @shows_refusals
+    def apply_proposal(self, proposal_id: float | None, request: gr.Request) -> str:
+        user = self.login.require(request)
+        applied = bool(proposal_id) and self.admin.apply_proposal(user, int(proposal_id))
+        return f"Applied proposal #{int(proposal_id)}." if applied else f"Proposal {proposal_id} was not applied."
+
+    @shows_refusals
+    def dismiss_proposal(self, proposal_id: float | None, request: gr.Request) -> str:
+        user = self.login.require(request)
+        dismissed = bool(proposal_id) and self.admin.dismiss_proposal(user, int(proposal_id))
+        return f"Dismissed proposal #{int(proposal_id)}." if dismissed else f"No pending proposal {proposal_id}."
 
 
 def _entry_row(entry: CachedAnswer) -> list:

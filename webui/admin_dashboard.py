@@ -5,11 +5,11 @@ import gradio as gr
 from chatbot import AdminService, DashboardStats
 
 from . import plots
-from .auth import AdminLogin
+from .auth import StaffLogin, shows_refusals
 
 
 class Dashboard:
-    def __init__(self, admin: AdminService, login: AdminLogin) -> None:
+    def __init__(self, admin: AdminService, login: StaffLogin) -> None:
         self.admin, self.login = admin, login
 
     def build(self) -> list:
@@ -26,9 +26,10 @@ class Dashboard:
         refresh.click(self.refresh, None, outputs, api_name="dashboard")
         return outputs
 
+    @shows_refusals
     def refresh(self, request: gr.Request):
-        self.login.require(request)
-        stats, series = self.admin.dashboard_stats(), self.admin.reply_series()
+        user = self.login.require(request)
+        stats, series = self.admin.dashboard_stats(user), self.admin.reply_series(user)
         return (
             summary_markdown(stats),
             plots.speedup_histogram(series),

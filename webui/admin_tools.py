@@ -8,13 +8,13 @@ import gradio as gr
 
 from chatbot import AdminService
 
-from .auth import PRIVATE, AdminLogin
+from .auth import PRIVATE, StaffLogin, shows_refusals
 from .format import escape_markup
 from .widgets import REPLY_COLUMNS, reply_row, row_picker
 
 
 class ReplyVerifier:
-    def __init__(self, admin: AdminService, login: AdminLogin) -> None:
+    def __init__(self, admin: AdminService, login: StaffLogin) -> None:
         self.admin, self.login = admin, login
 
     def build(self) -> gr.Dataframe:
@@ -36,16 +36,18 @@ class ReplyVerifier:
         )
         return table
 
+    @shows_refusals
     def recent(self, request: gr.Request) -> list[list]:
-        self.login.require(request)
-        return [reply_row(r) for r in self.admin.recent_replies(limit=50)]
+        user = self.login.require(request)
+        return [reply_row(r) for r in self.admin.recent_replies(user, limit=50)]
 
+    @shows_refusals
     def verify(self, reply_id: float | None, request: gr.Request) -> str:
-        self.login.require(request)
+        user = self.login.require(request)
         if not reply_id:
             return "Enter a reply id (pick one from the table)."
         try:
-            check = self.admin.verify(int(reply_id))
+            check = self.admin.verify(user, int(reply_id))
         except (KeyError, ValueError) as err:
             return f"Cannot verify reply {int(reply_id)}: {escape_markup(str(err))}"
         verdict = "identical to" if check.identical else "DIFFERS from"
@@ -57,7 +59,7 @@ class ReplyVerifier:
 
 
 class Transfer:
-    def __init__(self, admin: AdminService, login: AdminLogin) -> None:
+    def __init__(self, admin: AdminService, login: StaffLogin) -> None:
         self.admin, self.login = admin, login
         self.export_dir = Path(tempfile.mkdtemp(prefix="chatbot-export-"))
 
@@ -79,18 +81,20 @@ class Transfer:
         export.click(self.export, None, [exported], api_name="export")
         run_import.click(self.import_file, [upload, approve], [status], api_name="import")
 
+    @shows_refusals
     def export(self, request: gr.Request) -> str:
-        self.login.require(request)
-        path = self.export_dir / f"helpdesk-{datetime.now(UTC):%Y%m%d-%H%M%S}.jsonl"
-        self.admin.export_jsonl(path)
+        user = self.login.require(request)
+        path = self.export_dir / f"helpdesk-{datetime.now(UTC):%Y%m%d-%H%M%S-%f}.jsonl"
+        self.admin.export_jsonl(user, path)
         return str(path)
 
+    @shows_refusals
     def import_file(self, path: str | None, approve: bool, request: gr.Request) -> str:
-        self.login.require(request)
+        user = self.login.require(request)
         if not path:
             return "Choose a .jsonl file first."
         try:
-            count = self.admin.import_jsonl(path, approve=bool(approve))
+            count = self.admin.import_jsonl(user, path, approve=bool(approve))
         except (ValueError, UnicodeDecodeError) as err:
             return f"Nothing imported: {escape_markup(str(err))}"
         return f"Imported {count} records."

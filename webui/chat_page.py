@@ -1,7 +1,8 @@
 """The public chat page: ask, watch the reply grow, see what was copied and how much faster it was.
 
 The page holds only the shared service; each browser session's conversation lives in its own gr.State.
-Only `/chat` is in the page's API; every UI event is private.
+Only `/chat` is in the page's API; every UI event is private. Questions pass the shared `Admission` first:
+a full line, or a client that already has its share of it, is refused at once and nothing is stored.
 """
 
 from contextlib import closing
@@ -9,7 +10,7 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from chatbot import ChatService, InputError, Reply
+from chatbot import Admission, ChatBusy, ChatService, InputError, Reply
 
 from . import format as fmt
 from .auth import PRIVATE
@@ -20,7 +21,9 @@ INTRO = (
     "similar past answers and help articles, and every copied token is checked against the model's own choice, "
     "so the answer is exactly what plain decoding would give, only faster."
 )
-MODEL_QUEUE = {"concurrency_limit": 1, "concurrency_id": "model"}  # one model, one turn at a time
+# Admission, not Gradio's queue, holds the line for the model (one turn at a time, in order); Gradio runs a few
+# more events than the line holds so that a question that must be refused is refused at once, not queued.
+REFUSAL_WORKERS = 4
 
 
 def user_bubble(text: str) -> dict:
@@ -49,9 +52,13 @@ class ChatView:
 
 
 class ChatPage:
-    def __init__(self, service: ChatService, examples: list[str]) -> None:
+    def __init__(self, service: ChatService, examples: list[str], admission: Admission) -> None:
         self.service = service
         self.examples = examples
+        self.admission = admission
+        workers = admission.limits.queue_size + REFUSAL_WORKERS
+        self.model_queue = {"concurrency_limit": workers, "concurrency_id": "model"}
+        self.max_queued = 4 * workers  # beyond this Gradio itself answers "queue is full"
 
     def build(self) -> gr.Blocks:
         with gr.Blocks(title="Nimbus Drive help") as blocks:
@@ -59,7 +66,8 @@ class ChatPage:
             view = self._layout()
             self._wire_chat(view)
             self._wire_feedback(view)
-            gr.api(self.chat, api_name="chat", **MODEL_QUEUE)
+            gr.api(self.chat, api_name="chat", **self.model_queue)
+        blocks.queue(max_size=self.max_queued)
         return blocks
 
     # --- layout ------------------------------------------------------------------------------------
@@ -104,7 +112,7 @@ class ChatPage:
         answering = sent.then(
             self.respond, [v.pending, v.messages, v.turns, v.replies],
             [v.chatbot, v.messages, v.turns, v.replies, v.details, v.textbox], show_progress_on=[v.chatbot],
-            **MODEL_QUEUE, **PRIVATE,
+            **self.model_queue, **PRIVATE,
         )
         answering.then(_unlock, None, locked, queue=False, **PRIVATE)  # runs after errors too
         v.stop.click(
@@ -133,11 +141,14 @@ class ChatPage:
         """Stream the reply into a new bubble; once done, keep the turn, its reply id and its details."""
         shown = messages
         try:
-            with closing(self.service.stream(message, turns, session_id=_session(request))) as stream:
+            with (
+                self.admission.turn(_session(request), _address(request)),
+                closing(self.service.stream(message, turns, session_id=_session(request))) as stream,
+            ):
                 for reply in stream:
                     shown = [*messages, _assistant_bubble(reply)]
                     yield shown, shown, gr.skip(), gr.skip(), gr.skip(), gr.skip()
-        except InputError as err:
+        except (InputError, ChatBusy) as err:
             gr.Warning(str(err))
             before = messages[:-1]  # the rejected question leaves the chat and goes back into the textbox
             yield before, before, gr.skip(), gr.skip(), gr.skip(), message
@@ -196,8 +207,9 @@ class ChatPage:
     def chat(self, message: str, history: list[dict] | None = None, request: gr.Request = None) -> tuple[str, dict]:
         """Answer `message` given the earlier `history` ([{"role", "content"}]); returns (reply, stats)."""
         try:
-            reply = self.service.ask(message, history or [], session_id=_session(request))
-        except InputError as err:
+            with self.admission.turn(_session(request), _address(request)):
+                reply = self.service.ask(message, history or [], session_id=_session(request))
+        except (InputError, ChatBusy) as err:
             raise gr.Error(str(err), print_exception=False) from err
         return reply.text, {**reply.stats.to_json(), "reply_id": reply.id, "notice": reply.notice}
 
@@ -223,3 +235,8 @@ def _show_details(show: bool) -> gr.HTML:
 
 def _session(request: gr.Request | None) -> str:
     return (request.session_hash or "") if request is not None else ""
+
+
+def _address(request: gr.Request | None) -> str:
+    client = getattr(request, "client", None) if request is not None else None
+    return getattr(client, "host", None) or ""

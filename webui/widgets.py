@@ -1,17 +1,19 @@
 """Small pieces the pages share: shortened text, times, the reply table, row picking, a confirmed delete."""
 
+import json
 from collections.abc import Callable
 from datetime import datetime
 
 import gradio as gr
 
-from chatbot import ReplyRecord
+from chatbot import AuditRecord, ReplyRecord
 
-from .auth import PRIVATE, AdminLogin
+from .auth import PRIVATE, StaffLogin
 
 CELL_CHARS = 120
 VERIFIED_LABELS = {True: "identical", False: "DIFFERS", None: ""}  # ReplyRecord.verified; None: not checked yet
 FEEDBACK_LABELS = {1: "up", -1: "down"}
+AUDIT_COLUMNS = ["#", "time (UTC)", "who", "action", "entry", "target", "details"]
 REPLY_COLUMNS = [
     "reply id", "time (UTC)", "question", "exact hit", "speedup", "feedback", "verified", "measured speedup",
 ]
@@ -39,8 +41,17 @@ def reply_row(reply: ReplyRecord) -> list:
     ]
 
 
-def row_picker(login: AdminLogin) -> Callable[[gr.SelectData, gr.Request], int]:
-    """A table's select handler that returns the clicked row's id (its first column), for the admin only."""
+def audit_row(record: AuditRecord) -> list:
+    """One audit log row as a row under AUDIT_COLUMNS."""
+    details = json.dumps(record.details, ensure_ascii=False) if record.details else ""
+    return [
+        record.id, utc_time(record.at, seconds=True), record.actor, record.action, record.entry_id, record.target,
+        shorten(details, 300),
+    ]
+
+
+def row_picker(login: StaffLogin) -> Callable[[gr.SelectData, gr.Request], int]:
+    """A table's select handler that returns the clicked row's id (its first column), for staff only."""
 
     def pick_row(evt: gr.SelectData, request: gr.Request) -> int:
         login.require(request)

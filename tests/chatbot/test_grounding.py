@@ -7,10 +7,11 @@ the choice of prompt text and the exact-repeat key, which do not depend on the m
 from pathlib import Path
 
 import pytest
+from argon2 import PasswordHasher
 from transformers import AutoTokenizer
 
-from cache import AnswerCache, Embedder, NewAnswer
-from chatbot import AdminService, ChatService, ChatSettings
+from cache import AnswerCache, Embedder, NewAnswer, StaffStore
+from chatbot import Accounts, AdminService, ChatService, ChatSettings
 from chatbot.prompt import APPROVED_HEADER
 from chatbot.service import Seed
 from data import StaffAnswer
@@ -56,6 +57,12 @@ def open_service(tmp_path: Path, tokenizer, model, embedder, **settings) -> Chat
 def add(cache: AnswerCache, question: str, answer: str, tokenizer, review: str) -> int:
     ids = tokenizer(answer, add_special_tokens=False)["input_ids"]
     return cache.add_answer(NewAnswer(question=question, answer=answer, answer_ids=ids, model_id="tiny", review=review))
+
+
+def staff_admin(service: ChatService, folder: Path) -> AdminService:
+    accounts = Accounts(StaffStore.open(folder), PasswordHasher(time_cost=1, memory_cost=1024, parallelism=1))
+    accounts.add("ada", "admin", "admin-password", actor="test")
+    return AdminService(service.cache, service, accounts)
 
 
 def prompt_text(service: ChatService, reply_id: int) -> str:
@@ -121,27 +128,27 @@ def test_a_crafted_question_cannot_reach_another_customers_prompt(service):
     assert "EVIL-MARKER-55" in prompt_text(risky, risky.ask(QUESTION, session_id="victim").id)
 
 
-def test_an_approval_or_an_edit_is_never_hidden_by_a_stale_exact_hit(service):
-    admin = AdminService(service.cache, service)
+def test_an_approval_or_an_edit_is_never_hidden_by_a_stale_exact_hit(service, tmp_path):
+    admin = staff_admin(service, tmp_path / "staff")
     first = service.ask(REWORDED)
     again = service.ask(REWORDED)
     assert again.stats.exact_hit  # same prompt: the stored answer is verified in one pass
     approved_id = first.stats.grounding[0].id
-    admin.edit_entry(approved_id, QUESTION, "EDITED-4M: use the Forgot password link on the sign-in page.")
+    admin.edit_entry("ada", approved_id, QUESTION, "EDITED-4M: use the Forgot password link on the sign-in page.")
     after_edit = service.ask(REWORDED)
     assert not after_edit.stats.exact_hit and "EDITED-4M" in prompt_text(service, after_edit.id)
     candidate_id = next(ref.id for ref in first.stats.references if ref.id != approved_id)
-    admin.set_review([candidate_id], "approved")
+    admin.set_review("ada", [candidate_id], "approved")
     widened = service.with_settings(grounding_answers=2)
     after_approval = widened.ask(REWORDED)
     assert not after_approval.stats.exact_hit and CANDIDATE in prompt_text(widened, after_approval.id)
     assert widened.verify(after_approval.id).identical
 
 
-def test_rejecting_the_approved_answer_takes_it_out_of_the_prompt(service):
-    admin = AdminService(service.cache, service)
+def test_rejecting_the_approved_answer_takes_it_out_of_the_prompt(service, tmp_path):
+    admin = staff_admin(service, tmp_path / "staff")
     approved_id = service.cache.list_entries(review="approved").entries[0].id
-    assert admin.set_review([approved_id], "rejected") == 1
+    assert admin.set_review("ada", [approved_id], "rejected") == 1
     reply = service.ask(REWORDED)
     assert APPROVED not in prompt_text(service, reply.id) and reply.stats.grounding == ()
 

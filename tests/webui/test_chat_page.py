@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import gradio as gr
 import pytest
 
-from chatbot import InputError, Reply, ReplyReferences, ReplyStats, Span
+from chatbot import Admission, ChatLimits, InputError, Reply, ReplyReferences, ReplyStats, Span
 from webui.chat_page import ChatPage, user_bubble
 
 STATS = ReplyStats(
@@ -45,7 +45,7 @@ class FakeService:
 
 @pytest.fixture
 def page() -> ChatPage:
-    return ChatPage(FakeService(), examples=["How do I reset my password?"])
+    return ChatPage(FakeService(), ["How do I reset my password?"], Admission(ChatLimits(queue_size=2, per_client=1)))
 
 
 def start(page: ChatPage, question: str = "Hi?"):
@@ -67,8 +67,9 @@ def test_reply_grows_then_keeps_the_turn_and_its_reply_id(page):
 def test_stopping_closes_the_stream_and_nothing_is_stored(page):
     stream = start(page)
     next(stream)
+    assert page.admission.waiting == 1
     stream.close()  # what Gradio does when the Stop button cancels the event
-    assert page.service.closed and page.service.stored == []
+    assert page.service.closed and page.service.stored == [] and page.admission.waiting == 0
 
 
 def test_bad_input_goes_back_to_the_textbox_and_nothing_is_stored(page):
@@ -103,3 +104,16 @@ def test_api_returns_text_and_stats_and_a_clear_error(page):
     assert text == "one two three" and stats["reply_id"] == 41 and stats["speedup"] == 1.5
     with pytest.raises(gr.Error, match="Please type a question"):
         page.chat("", [])
+
+
+def test_a_question_over_the_limit_is_refused_at_once_and_not_stored(page):
+    waiting = start(page)
+    next(waiting)  # this session's one place in the line is taken (request=None: session "", address "")
+    with pytest.raises(gr.Error, match="already have 1"):
+        page.chat("Another?", [])
+    with pytest.warns(UserWarning, match="not saved"):
+        outputs = list(start(page, "And another?"))
+    shown, _, _, _, _, textbox = outputs[-1]
+    assert shown == [] and textbox == "And another?"
+    list(waiting)
+    assert page.service.stored == ["Hi?"] and page.admission.waiting == 0
