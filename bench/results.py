@@ -22,6 +22,7 @@ class Reference:
     score: float | None = None  # cosine similarity, for cache hits
     question: str = ""  # the stored question, for cache hits
     same_group: bool = True  # a wording of the same need (always true except for cache hits)
+    retrieved: bool | None = None  # for an approved answer: would the chat service's lookup have picked it
 
 
 @dataclass

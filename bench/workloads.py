@@ -8,7 +8,7 @@ and the best approved answer goes into the prompt as the chat service's groundin
 
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tqdm import tqdm
 
@@ -171,6 +171,12 @@ class Workbench:
         )
         self.group_of_entry[self.cache.add_answer(new)] = staff.group
 
+    def own_approved(self, q: Question, approved_by: str) -> Hit:
+        """The approved answer stored for `q`'s group under `approved_by`, scored against `q` as a lookup would."""
+        ranked = self.cache.lookup(q.question, k=len(self.group_of_entry), threshold=-1.0, model_id=approved_by,
+                                   reviews=("approved",))
+        return next(h for h in ranked if self.group_of_entry.get(h.id) == q.group)
+
     def cache_reference(self, hit: Hit, q: Question, kind: str = "cache") -> Reference:
         return Reference(kind, len(hit.answer_ids), round(hit.score, 4), hit.question,
                          self.group_of_entry.get(hit.id) == q.group)
@@ -188,17 +194,17 @@ class Workbench:
         return Item(workload, q.group, q.question, self.prompt(q.question), [h.answer_ids for h in hits], sources)
 
     def grounded(self, q: Question, workload: str, retrieval: Retrieval, approved_by: str) -> Item:
-        """The cache-assisted prompt plus the best approved answer of `approved_by`'s entries, as the chat service
-        grounds; references are that answer first, then the usual cache hits. Ungrounded when none is close enough.
+        """The cache-assisted prompt plus the group's own approved answer (the workload as issue 12 defines it:
+        the first wording's answer approved and in the prompt); references are that answer first, then the usual
+        cache hits. Whether the chat service's own lookup would have picked that answer is recorded beside it.
         """
-        chosen = pick_grounding(self.cache, q.question, self.grounding, approved_by)
-        if not chosen:
-            return self.cache_assisted(q, workload, retrieval)
-        chosen_ids = {h.id for h in chosen}
-        hits = [h for h in retrieve(self.cache, q.question, retrieval, self.model_id) if h.id not in chosen_ids]
-        prompt_ids = self.prompt(q.question, approved=[ApprovedAnswer(h.question, h.answer) for h in chosen])
-        sources = [self.cache_reference(h, q, "approved") for h in chosen] + [self.cache_reference(h, q) for h in hits]
-        references = [h.answer_ids for h in [*chosen, *hits]]
+        own = self.own_approved(q, approved_by)
+        picked = pick_grounding(self.cache, q.question, self.grounding, approved_by)
+        hits = [h for h in retrieve(self.cache, q.question, retrieval, self.model_id) if h.id != own.id]
+        prompt_ids = self.prompt(q.question, approved=[ApprovedAnswer(own.question, own.answer)])
+        approved = replace(self.cache_reference(own, q, "approved"), retrieved=own.id in {h.id for h in picked})
+        sources = [approved] + [self.cache_reference(h, q) for h in hits]
+        references = [h.answer_ids for h in [own, *hits]]
         return Item(workload, q.group, q.question, prompt_ids, references, sources, self.prompt(q.question))
 
     def rag(self, q: Question, article: str) -> Item:

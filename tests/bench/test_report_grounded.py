@@ -12,7 +12,7 @@ from bench.results import MethodRun, QuestionRecord, Reference, load, summarize,
 
 ROOT = Path(__file__).resolve().parents[2]
 PLOTS = ["speedup_by_method.png", "speedup_per_question.png", "grid_heatmap.png", "cost_curve.png"]
-APPROVED = Reference("approved", 30, 0.8, "How do I reset my password?", True)
+APPROVED = Reference("approved", 30, 0.8, "How do I reset my password?", True, retrieved=True)
 CACHE_HIT = Reference("cache", 25, 0.7, "How do I share a folder?", False)
 
 
@@ -83,7 +83,8 @@ def test_the_report_has_a_grounded_section_with_the_summary(grounded_run):
     assert cells["mismatches"] == "1"
     assert numbers(section.split("\n\n")[1])[:3] == [0.6, 1, 384]  # the grounding rule, from the settings
     workloads = sections(report)["Workloads"]
-    assert "Grounded: 2/3; the approved answer is the group's own: 2/2." in workloads
+    assert "Grounded: 2/3, each with its own group's approved answer; the chat service's lookup" in workloads
+    assert "would have picked it for 2/2." in workloads
 
 
 def test_grounded_targets_are_measured_where_run_and_a_mismatch_fails_them(grounded_run):
