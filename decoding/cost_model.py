@@ -100,7 +100,7 @@ def machine_key(model: torch.nn.Module, steps: StepConfig = ONE_TOKEN_STEPS) -> 
     cfg = model.config
     dtype = str(next(model.parameters()).dtype)
     shape = f"{cfg.model_type}-{cfg.num_hidden_layers}x{cfg.hidden_size}-v{cfg.vocab_size}"
-    width = f"width={steps.width or 'variable'}"
+    width = f"width={steps.width},cache_len={steps.cache_len}" if steps.width else "width=variable"
     threads = f"threads={torch.get_num_threads()},omp_wait={os.environ.get('OMP_WAIT_POLICY', 'default')}"
     return f"{shape}|{dtype}|{width}|{model.device}|{threads}|{platform.machine()}|{platform.processor()}"
 

@@ -21,6 +21,7 @@ def greedy_stream(
 ) -> Iterator[Chunk]:
     """Yields each token as the model chooses it; each step is a verification of no draft."""
     check_inputs(prompt_ids, max_new_tokens)
+    steps.check_fits(len(prompt_ids), max_new_tokens)
     result = result if result is not None else DecodeResult()
     start = time.perf_counter()
     if max_new_tokens == 0:

@@ -131,6 +131,7 @@ def llma_stream(
 ) -> Iterator[Chunk]:
     """LLMA decoding with the model as verifier; yields each verified chunk as it lands."""
     check_inputs(prompt_ids, options.max_new_tokens)
+    steps.check_fits(len(prompt_ids), options.max_new_tokens)
     if options.max_new_tokens == 0:
         return
     verifier = ModelVerifier(model, prompt_ids, steps)

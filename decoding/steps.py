@@ -19,14 +19,26 @@ class StepConfig:
     """How wide each decode forward is; greedy and LLMA must be given the same one to be comparable.
 
     width None: a greedy step feeds one token and a verification the pending token plus its draft.
-    width W: every decode forward feeds exactly W tokens, padded; longer drafts take several forwards.
+    width W: every decode forward feeds exactly W tokens, padded; longer drafts take several forwards, and
+    the KV cache is preallocated for `cache_len` positions. Attention then always spans `cache_len` keys,
+    the unused ones masked: a row's sums run over the same length wherever it sits, which a cache that
+    grows does not give (fp32 GEMMs and SDPA pick their blocking by length).
     """
 
     width: int | None = None
+    cache_len: int = 2048  # prompt + reply + W must fit; only used with a width
 
     def __post_init__(self) -> None:
-        if self.width is not None and self.width < 1:
-            raise ValueError("step width must be at least 1")
+        if self.width is not None and not 1 <= self.width <= self.cache_len:
+            raise ValueError("step width must be at least 1 and at most cache_len")
+
+    def check_fits(self, prompt_len: int, max_new_tokens: int) -> None:
+        """Refuse a call whose prompt and reply would overflow the preallocated cache."""
+        if self.width is not None and prompt_len + max_new_tokens + self.width > self.cache_len:
+            raise ValueError(
+                f"prompt ({prompt_len}) + max_new_tokens ({max_new_tokens}) + step width ({self.width}) "
+                f"exceed the KV cache of {self.cache_len} positions"
+            )
 
     def pad(self, block: list[int]) -> list[int]:
         """`block` padded to the step width by repeating its last token (padding's KV entries are dropped)."""
