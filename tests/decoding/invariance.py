@@ -30,7 +30,8 @@ def make_tiny_model(arch: str, dtype: torch.dtype, seed: int = 0, **overrides) -
     torch.manual_seed(seed)
     sizes = dict(
         vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=16, max_position_embeddings=1024, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+        num_key_value_heads=2, head_dim=16, max_position_embeddings=1024,
+        pad_token_id=0, bos_token_id=1, eos_token_id=2,  # inside the small vocabulary
     )
     config = CONFIGS[arch](**{**sizes, **overrides})
     if arch == "mistral" and "sliding_window" not in overrides:

@@ -1,4 +1,4 @@
-"""Fixed-width steps: a position's logits do not depend on its row in a W-wide forward, so LLMA == greedy in any dtype."""
+"""Fixed-width steps: a position's logits do not depend on its row in a W-wide forward: LLMA == greedy in any dtype."""
 
 import random
 
