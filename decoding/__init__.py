@@ -2,13 +2,23 @@
 
 from .cost_model import CostCurve, load_or_measure, measure_cost_curve
 from .greedy import greedy_generate, greedy_stream
+from .hardware import CpuFeatures, cpu_features, pick_device, pick_dtype
 from .llma import LlmaOptions, ModelVerifier, Verifier, llma_generate, llma_steps, llma_stream
 from .model_loading import ModelLoadError, load_model, prepare_bundled_model
 from .policy import AdaptiveCopyPolicy, CopyPolicy, Drafter, FixedCopyPolicy, best_copy_len
 from .reference_index import OUTPUT_SOURCE, PROMPT_SOURCE, Match, ReferenceIndex
 from .result import Chunk, CopiedRun, DecodeResult
+from .steps import ONE_TOKEN_STEPS, UNKNOWN, StepConfig, verify_in_blocks
 
 __all__ = [
+    "ONE_TOKEN_STEPS",
+    "UNKNOWN",
+    "CpuFeatures",
+    "StepConfig",
+    "cpu_features",
+    "pick_device",
+    "pick_dtype",
+    "verify_in_blocks",
     "OUTPUT_SOURCE",
     "PROMPT_SOURCE",
     "AdaptiveCopyPolicy",

@@ -1,10 +1,12 @@
 """What one verification forward pass costs, by the number of tokens it checks.
 
 On a CPU the fixed overhead of a forward dominates: checking 16 tokens costs about twice one.
-The adaptive copy policy weighs the expected accepted tokens against this curve.
+The adaptive copy policy weighs the expected accepted tokens against this curve. Under a step width W
+every decode forward is W wide, so the curve is flat up to W and steps up by one forward per W tokens.
 """
 
 import json
+import math
 import os
 import platform
 import time
@@ -13,22 +15,30 @@ from pathlib import Path
 
 import torch
 
-from .forward import forward_tokens, new_kv_cache, truncate_kv_cache
+from .forward import ModelVerifier, truncate_kv_cache
+from .steps import ONE_TOKEN_STEPS, StepConfig
 
 DEFAULT_SIZES = (1, 2, 4, 8, 16, 32, 64)
 
 
 @dataclass(frozen=True)
 class CostCurve:
-    """Seconds of one forward pass of `sizes[i]` new tokens over a warm KV cache."""
+    """Seconds of one forward pass of `sizes[i]` new tokens over a warm KV cache.
+
+    With `step_width` W the engine pads every forward to W tokens: `sizes` is (W,) and n tokens cost
+    ceil(n / W) forwards.
+    """
 
     sizes: tuple[int, ...]
     seconds: tuple[float, ...]
     context_len: int = 256
+    step_width: int | None = None
 
     def cost(self, n_tokens: int) -> float:
         """Seconds for a forward of n_tokens, interpolated linearly between measured sizes."""
         sizes, secs = self.sizes, self.seconds
+        if self.step_width is not None:
+            return math.ceil(max(n_tokens, 1) / self.step_width) * secs[0]
         if n_tokens <= sizes[0]:
             return secs[0]
         for i in range(1, len(sizes)):
@@ -47,52 +57,63 @@ class CostCurve:
 
     @classmethod
     def from_json(cls, data: dict) -> "CostCurve":
-        return cls(tuple(data["sizes"]), tuple(data["seconds"]), int(data.get("context_len", 256)))
+        width = data.get("step_width")
+        return cls(tuple(data["sizes"]), tuple(data["seconds"]), int(data.get("context_len", 256)), width)
 
 
 @torch.inference_mode()
 def measure_cost_curve(
-    model: torch.nn.Module, sizes: tuple[int, ...] = DEFAULT_SIZES, context_len: int = 256, repeats: int = 5
+    model: torch.nn.Module,
+    sizes: tuple[int, ...] = DEFAULT_SIZES,
+    context_len: int = 256,
+    repeats: int = 5,
+    steps: StepConfig = ONE_TOKEN_STEPS,
 ) -> CostCurve:
-    """Time forwards of each size on top of a `context_len` KV cache, as a decode step would run."""
+    """Time verifications of each size on top of a `context_len` KV cache, as the engine runs them.
+
+    Under a step width only W is timed: every forward the engine runs is that one.
+    """
+    sizes = (steps.width,) if steps.width else tuple(sizes)
     vocab = model.config.vocab_size
-    context = torch.randint(0, vocab, (1, context_len))
-    cache = new_kv_cache(model)
-    forward_tokens(model, context, cache, logits_to_keep=1)
-    drafts = {size: torch.randint(0, vocab, (1, size)) for size in sizes}
+    verifier = ModelVerifier(model, torch.randint(0, vocab, (context_len,)).tolist(), steps)
+    verifier.first_token()
+    inputs = {size: torch.randint(0, vocab, (size,)).tolist() for size in sizes}
     timings: dict[int, list[float]] = {size: [] for size in sizes}
     # Sizes take turns within each round, so a burst of load from elsewhere hits them alike instead of
     # inflating one size; the first round only warms up the allocations for each shape.
     for round_ in range(repeats + 1):
         for size in sizes:
             start = time.perf_counter()
-            forward_tokens(model, drafts[size], cache, logits_to_keep=size)
+            verifier.verify(inputs[size])  # one forward: a W-wide block, or all of a variable-width one
             if round_:
                 timings[size].append(time.perf_counter() - start)
-            truncate_kv_cache(cache, context_len)
+            truncate_kv_cache(verifier.cache, context_len)
     # Other work on the machine only ever adds time, so the fastest run is the truest cost.
     fastest = [min(timings[size]) for size in sizes]
     # A larger forward never costs less; a running maximum irons out what noise is left.
     monotone = [max(fastest[: i + 1]) for i in range(len(fastest))]
-    return CostCurve(tuple(sizes), tuple(monotone), context_len)
+    return CostCurve(sizes, tuple(monotone), context_len, steps.width)
 
 
-def machine_key(model: torch.nn.Module) -> str:
-    """Identifies model shape, dtype, threads, OpenMP wait policy and processor: what the curve depends on."""
+def machine_key(model: torch.nn.Module, steps: StepConfig = ONE_TOKEN_STEPS) -> str:
+    """Model shape, dtype, step width, device, threads, OpenMP wait policy and processor: what the curve depends on."""
     cfg = model.config
     dtype = str(next(model.parameters()).dtype)
     shape = f"{cfg.model_type}-{cfg.num_hidden_layers}x{cfg.hidden_size}-v{cfg.vocab_size}"
+    width = f"width={steps.width},cache_len={steps.cache_len}" if steps.width else "width=variable"
     threads = f"threads={torch.get_num_threads()},omp_wait={os.environ.get('OMP_WAIT_POLICY', 'default')}"
-    return f"{shape}|{dtype}|{threads}|{platform.machine()}|{platform.processor()}"
+    return f"{shape}|{dtype}|{width}|{model.device}|{threads}|{platform.machine()}|{platform.processor()}"
 
 
-def load_or_measure(model: torch.nn.Module, cache_file: Path | None) -> CostCurve:
-    """The curve for this model and machine, read from `cache_file` or measured and saved there."""
-    key = machine_key(model)
+def load_or_measure(
+    model: torch.nn.Module, cache_file: Path | None, steps: StepConfig = ONE_TOKEN_STEPS
+) -> CostCurve:
+    """The curve for this model, machine and step width, read from `cache_file` or measured and saved there."""
+    key = machine_key(model, steps)
     stored = _read(cache_file)
     if key in stored:
         return CostCurve.from_json(stored[key])
-    curve = measure_cost_curve(model)
+    curve = measure_cost_curve(model, steps=steps)
     if cache_file is not None:
         stored[key] = curve.to_json()
         cache_file.parent.mkdir(parents=True, exist_ok=True)

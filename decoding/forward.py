@@ -1,29 +1,89 @@
-"""Model plumbing shared by the decode loops and the cost model: one forward over a growing KV cache."""
+"""Model plumbing shared by the decode loops and the cost model: forwards over a growing KV cache."""
 
 from collections.abc import Sequence
 
 import torch
 from transformers import DynamicCache
+from transformers.cache_utils import Cache, StaticLayer
+
+from .steps import ONE_TOKEN_STEPS, StepConfig, verify_in_blocks
 
 
-def new_kv_cache(model: torch.nn.Module) -> DynamicCache:
-    return DynamicCache(config=model.config)
+def new_kv_cache(model: torch.nn.Module, steps: StepConfig = ONE_TOKEN_STEPS) -> Cache:
+    """A cache whose layers keep every position, so a rejected draft can always be rolled back.
+
+    `DynamicCache(config=...)` would give sliding-window layers (Mistral) that drop old positions and then
+    cannot roll back; full layers keep them while the model's mask still applies the window. Under a step
+    width the layers are preallocated (gpt-fast's cache): rolling back only moves the end.
+    """
+    if steps.width is None:
+        return DynamicCache()
+    return Cache(layers=[StaticLayer(steps.cache_len) for _ in range(_layer_count(model))])
 
 
-def forward_tokens(model: torch.nn.Module, ids: torch.Tensor, cache: DynamicCache, logits_to_keep: int) -> torch.Tensor:
+def forward_tokens(model: torch.nn.Module, ids: torch.Tensor, cache: Cache, logits_to_keep: int) -> torch.Tensor:
     """Run `ids` (1, T) on top of `cache`; returns logits of the last `logits_to_keep` positions (n, V)."""
     out = model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=logits_to_keep)
     return out.logits[0]
 
 
-def truncate_kv_cache(cache: DynamicCache, length: int) -> None:
-    """Drop cached keys and values past `length` positions (the rejected part of a draft)."""
-    extra = cache.get_seq_length() - length
+def truncate_kv_cache(cache: Cache, length: int) -> None:
+    """Drop cached keys and values past `length` positions (the rejected part of a draft, or padding)."""
+    extra = int(cache.get_seq_length()) - length  # a preallocated cache counts in a tensor
     if extra > 0:
         cache.crop(-extra)  # transformers 5 takes the number of tokens to drop, negated
 
 
-def prefill(model: torch.nn.Module, prompt_ids: Sequence[int], cache: DynamicCache) -> int:
+def token_tensor(model: torch.nn.Module, ids: Sequence[int]) -> torch.Tensor:
+    return torch.tensor([list(ids)], device=model.device)  # (1, T)
+
+
+def prefill(model: torch.nn.Module, prompt_ids: Sequence[int], cache: Cache) -> int:
     """Process the prompt; returns the model's first reply token."""
-    logits = forward_tokens(model, torch.tensor([list(prompt_ids)]), cache, logits_to_keep=1)
+    logits = forward_tokens(model, token_tensor(model, prompt_ids), cache, logits_to_keep=1)
     return int(logits[-1].argmax())
+
+
+class ModelVerifier:
+    """The model's greedy choices for the pending token and a draft, in forwards shaped by `steps`.
+
+    A plain greedy step is a verification with no draft, so greedy and LLMA run the same forwards.
+    """
+
+    def __init__(self, model: torch.nn.Module, prompt_ids: Sequence[int], steps: StepConfig = ONE_TOKEN_STEPS) -> None:
+        self.model, self.prompt_ids, self.steps = model, prompt_ids, steps
+        self.cache = new_kv_cache(model, steps)
+        self.fed = len(prompt_ids)  # positions held in the KV cache, padding and rejected drafts excluded
+        self.forward_passes = 0
+
+    def first_token(self) -> int:
+        self.forward_passes += 1
+        return prefill(self.model, self.prompt_ids, self.cache)
+
+    def verify(self, inputs: list[int]) -> list[int]:
+        """The model's greedy token after each of `inputs` (k + 1 of them)."""
+        return verify_in_blocks(inputs, self.steps.width, self._forward_block)
+
+    def keep(self, n_inputs: int) -> None:
+        """Roll back: the cache keeps the pending token and the accepted drafts, no rejected or padding entry."""
+        self.fed += n_inputs
+        truncate_kv_cache(self.cache, self.fed)
+
+    def _forward_block(self, block: list[int]) -> list[int]:
+        self.forward_passes += 1
+        return step_logits(self.model, block, self.cache, self.steps).argmax(dim=-1).tolist()
+
+
+def step_logits(model: torch.nn.Module, block: list[int], cache: Cache, steps: StepConfig) -> torch.Tensor:
+    """Logits (len(block), V) of one decode forward of `block`, padded to the step width, over `cache`.
+
+    The cache keeps the padding's entries; the caller crops them. Every row goes through the LM head too,
+    so row 0 of a greedy step and row j of a verification come from the same (W, hidden) @ (hidden, V) product.
+    """
+    padded = steps.pad(block)
+    logits = forward_tokens(model, token_tensor(model, padded), cache, logits_to_keep=len(padded))  # (W, V)
+    return logits[: len(block)]
+
+
+def _layer_count(model: torch.nn.Module) -> int:
+    return model.config.get_text_config(decoder=True).num_hidden_layers

@@ -5,8 +5,9 @@ from collections.abc import Callable, Iterator, Sequence
 
 import torch
 
-from .forward import forward_tokens, new_kv_cache, prefill
+from .forward import ModelVerifier
 from .result import Chunk, DecodeResult, check_inputs
+from .steps import ONE_TOKEN_STEPS, StepConfig
 
 
 @torch.inference_mode()
@@ -16,26 +17,27 @@ def greedy_stream(
     max_new_tokens: int = 256,
     eos_token_id: int | None = None,
     result: DecodeResult | None = None,
+    steps: StepConfig = ONE_TOKEN_STEPS,
 ) -> Iterator[Chunk]:
-    """Yields each token as the model chooses it."""
+    """Yields each token as the model chooses it; each step is a verification of no draft."""
     check_inputs(prompt_ids, max_new_tokens)
+    steps.check_fits(len(prompt_ids), max_new_tokens)
     result = result if result is not None else DecodeResult()
     start = time.perf_counter()
     if max_new_tokens == 0:
         return
-    cache = new_kv_cache(model)
-    token = prefill(model, prompt_ids, cache)
-    result.forward_passes = 1
+    verifier = ModelVerifier(model, prompt_ids, steps)
+    token = verifier.first_token()
     result.prefill_seconds = time.perf_counter() - start
     while True:
+        result.forward_passes = verifier.forward_passes
         result.accept([token], max_new_tokens, eos_token_id)
         result.seconds = time.perf_counter() - start
         yield Chunk([token], copied=0, source=None, drafted=0, result=result)
         if result.done(max_new_tokens):
             return
-        logits = forward_tokens(model, torch.tensor([[token]]), cache, logits_to_keep=1)
-        result.forward_passes += 1
-        token = int(logits[-1].argmax())
+        token = verifier.verify([token])[0]
+        verifier.keep(1)
 
 
 def greedy_generate(
@@ -44,9 +46,10 @@ def greedy_generate(
     max_new_tokens: int = 256,
     eos_token_id: int | None = None,
     on_chunk: Callable[[Chunk], None] | None = None,
+    steps: StepConfig = ONE_TOKEN_STEPS,
 ) -> DecodeResult:
     result = DecodeResult()
-    for chunk in greedy_stream(model, prompt_ids, max_new_tokens, eos_token_id, result):
+    for chunk in greedy_stream(model, prompt_ids, max_new_tokens, eos_token_id, result, steps):
         if on_chunk is not None:
             on_chunk(chunk)
     return result

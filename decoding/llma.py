@@ -13,10 +13,11 @@ from typing import Protocol
 
 import torch
 
-from .forward import forward_tokens, new_kv_cache, prefill, truncate_kv_cache
+from .forward import ModelVerifier
 from .policy import CopyPolicy
 from .reference_index import OUTPUT_SOURCE, PROMPT_SOURCE, Match, ReferenceIndex
 from .result import Chunk, CopiedRun, DecodeResult, check_inputs
+from .steps import ONE_TOKEN_STEPS, StepConfig
 
 
 @dataclass(frozen=True)
@@ -37,33 +38,13 @@ DEFAULT_OPTIONS = LlmaOptions()
 class Verifier(Protocol):
     """Tells the model's greedy choices for a pending token and a draft, and keeps what was accepted."""
 
+    forward_passes: int  # forwards run so far, the prefill included
+
     def first_token(self) -> int: ...
 
     def verify(self, inputs: list[int]) -> list[int]: ...
 
     def keep(self, n_inputs: int) -> None: ...
-
-
-class ModelVerifier:
-    """Checks drafts with the model: one forward pass over the pending token and the draft."""
-
-    def __init__(self, model: torch.nn.Module, prompt_ids: Sequence[int]) -> None:
-        self.model, self.prompt_ids = model, prompt_ids
-        self.cache = new_kv_cache(model)
-        self.fed = len(prompt_ids)  # positions held in the KV cache
-
-    def first_token(self) -> int:
-        return prefill(self.model, self.prompt_ids, self.cache)
-
-    def verify(self, inputs: list[int]) -> list[int]:
-        """The model's greedy token after each of `inputs` (k + 1 of them)."""
-        logits = forward_tokens(self.model, torch.tensor([inputs]), self.cache, logits_to_keep=len(inputs))  # (k+1, V)
-        return logits.argmax(dim=-1).tolist()
-
-    def keep(self, n_inputs: int) -> None:
-        """Roll back: the cache keeps the pending token and the accepted drafts, nothing rejected."""
-        self.fed += n_inputs
-        truncate_kv_cache(self.cache, self.fed)
 
 
 def build_reference_index(
@@ -102,12 +83,12 @@ def llma_steps(
     lead_in_len = min(options.lead_in_len, len(prompt_ids))
     index = build_reference_index(prompt_ids, references, options)
     token = verifier.first_token()
-    result.forward_passes = 1
     result.prefill_seconds = time.perf_counter() - start
     context = list(prompt_ids)  # the text the model has seen or chosen, whose suffix we match
     prefer: tuple[int, int] | None = None
     new_tokens, copied, match, draft = [token], 0, None, []
     while True:
+        result.forward_passes = verifier.forward_passes
         kept = result.accept(new_tokens, max_new, eos)
         context.extend(new_tokens[:kept])
         if options.use_output:
@@ -126,9 +107,8 @@ def llma_steps(
         # 2. Copy: the policy picks k; a budget of b tokens leaves room for b - 1 drafts plus one.
         budget = max_new - len(result.tokens)
         draft = index.continuation(match, drafter.copy_len(match, continuing, budget - 1)) if match else []
-        # 3. Verify the pending token and the draft in one forward pass.
+        # 3. Verify the pending token and the draft in one forward pass (W-wide blocks under a step width).
         greedy_choices = verifier.verify([context[-1], *draft])  # (k + 1,)
-        result.forward_passes += 1
         # 4. Accept the longest prefix of the draft that equals the model's choices, plus its next token.
         copied = _matching_prefix_len(draft, greedy_choices)
         new_tokens = [*draft[:copied], greedy_choices[copied]]
@@ -148,12 +128,15 @@ def llma_stream(
     policy: CopyPolicy,
     options: LlmaOptions = DEFAULT_OPTIONS,
     result: DecodeResult | None = None,
+    steps: StepConfig = ONE_TOKEN_STEPS,
 ) -> Iterator[Chunk]:
     """LLMA decoding with the model as verifier; yields each verified chunk as it lands."""
     check_inputs(prompt_ids, options.max_new_tokens)
+    steps.check_fits(len(prompt_ids), options.max_new_tokens)
     if options.max_new_tokens == 0:
         return
-    yield from llma_steps(ModelVerifier(model, prompt_ids), prompt_ids, references, policy, options, result)
+    verifier = ModelVerifier(model, prompt_ids, steps)
+    yield from llma_steps(verifier, prompt_ids, references, policy, options, result)
 
 
 def llma_generate(
@@ -163,10 +146,11 @@ def llma_generate(
     policy: CopyPolicy,
     options: LlmaOptions = DEFAULT_OPTIONS,
     on_chunk: Callable[[Chunk], None] | None = None,
+    steps: StepConfig = ONE_TOKEN_STEPS,
 ) -> DecodeResult:
     """LLMA decoding to the end; `on_chunk` sees each verified chunk as it lands."""
     result = DecodeResult()
-    for chunk in llma_stream(model, prompt_ids, references, policy, options, result):
+    for chunk in llma_stream(model, prompt_ids, references, policy, options, result, steps):
         if on_chunk is not None:
             on_chunk(chunk)
     return result

@@ -13,8 +13,13 @@ class ModelLoadError(RuntimeError):
     """The model folder is missing, incomplete or not a causal language model."""
 
 
-def load_model(path: str | Path | None = None, threads: int | None = None, dtype: torch.dtype = torch.float32):
-    """(model, tokenizer) from a local Hugging Face folder; the bundled SmolLM2 when `path` is None.
+def load_model(
+    path: str | Path | None = None,
+    threads: int | None = None,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str = "cpu",
+):
+    """(model, tokenizer) from a local Hugging Face folder, on `device`; the bundled SmolLM2 when `path` is None.
 
     Nothing is ever fetched from a model hub.
     """
@@ -38,7 +43,7 @@ def load_model(path: str | Path | None = None, threads: int | None = None, dtype
         model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True, dtype=dtype)
     except (OSError, ValueError, RuntimeError) as err:
         raise ModelLoadError(f"cannot load the model in {folder}: {err}") from err
-    return model.eval(), tokenizer
+    return model.to(device).eval(), tokenizer
 
 
 def bundled_gguf_path() -> Path:

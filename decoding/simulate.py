@@ -12,24 +12,45 @@ from .cost_model import CostCurve
 from .llma import DEFAULT_OPTIONS, LlmaOptions, llma_steps
 from .policy import CopyPolicy
 from .result import DecodeResult
-
-UNKNOWN = -1  # the model's choice after a rejected draft token: never looked at
+from .steps import UNKNOWN, verify_in_blocks
 
 
 class ReplayVerifier:
-    """Answers like the model, from the model's greedy reply; logs the size of each forward."""
+    """Answers like the model, from the model's greedy reply; logs the size of each forward.
 
-    def __init__(self, greedy_tokens: Sequence[int]) -> None:
+    Under a step width it checks drafts in W-wide blocks, stopping as the model verifier does.
+    """
+
+    def __init__(self, greedy_tokens: Sequence[int], step_width: int | None = None) -> None:
         self.greedy = list(greedy_tokens)
+        self.step_width = step_width
         self.produced = 0  # reply tokens chosen so far, the pending one included
         self.forward_sizes: list[int] = []
+        self.forward_passes = 0
 
     def first_token(self) -> int:
         self.produced = 1
+        self.forward_passes = 1
         return self.greedy[0]
 
     def verify(self, inputs: list[int]) -> list[int]:
-        self.forward_sizes.append(len(inputs))
+        answers = self._answers(inputs)
+        done = 0
+
+        def forward_block(block: list[int]) -> list[int]:
+            nonlocal done
+            self.forward_sizes.append(self.step_width or len(block))
+            self.forward_passes += 1
+            done += len(block)
+            return answers[done - len(block) : done]
+
+        return verify_in_blocks(inputs, self.step_width, forward_block)
+
+    def keep(self, n_inputs: int) -> None:
+        self.produced += n_inputs
+
+    def _answers(self, inputs: list[int]) -> list[int]:
+        """What one forward over all of `inputs` would choose: known up to the first rejected draft token."""
         choices, draft = [], inputs[1:]
         for i in range(len(inputs)):
             position = self.produced + i
@@ -38,9 +59,6 @@ class ReplayVerifier:
                 break
             choices.append(self.greedy[position])
         return choices + [UNKNOWN] * (len(inputs) - len(choices))
-
-    def keep(self, n_inputs: int) -> None:
-        self.produced += n_inputs
 
 
 @dataclass(frozen=True)
@@ -66,11 +84,12 @@ def simulate_llma(
     policy: CopyPolicy,
     cost: CostCurve,
     options: LlmaOptions = DEFAULT_OPTIONS,
+    step_width: int | None = None,
 ) -> Simulation:
     """What LLMA with `policy` would do on this prompt, given the model's greedy reply."""
     if not greedy_tokens:
         raise ValueError("the greedy reply must hold at least one token")
-    verifier = ReplayVerifier(greedy_tokens)
+    verifier = ReplayVerifier(greedy_tokens, step_width)
     result = DecodeResult()
     options = replace(options, max_new_tokens=len(greedy_tokens))
     for _ in llma_steps(verifier, prompt_ids, references, policy, options, result):
@@ -78,5 +97,5 @@ def simulate_llma(
     if result.tokens != list(greedy_tokens):
         raise ReplayDiverged(f"replay gave {len(result.tokens)} tokens that differ from the greedy reply")
     modeled = sum(cost.cost(n) for n in verifier.forward_sizes)
-    greedy = (len(greedy_tokens) - 1) * cost.cost(1)
+    greedy = (len(greedy_tokens) - 1) * cost.cost(1)  # under a step width cost(1) is a W-wide step
     return Simulation(result, verifier.forward_sizes, modeled, greedy)

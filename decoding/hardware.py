@@ -1,0 +1,66 @@
+"""Which device and dtype to decode in, from a setting and what the hardware offers.
+
+bfloat16 is only worth it where matrix products have native bf16 kernels: a CUDA GPU that supports it,
+or a CPU with AVX512-BF16 or AMX-BF16. Elsewhere bf16 is emulated and slower than float32.
+"""
+
+import platform
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
+REPORTED_CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_bf16", "amx_int8")
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+@dataclass(frozen=True)
+class CpuFeatures:
+    """The processor and the flags that decide its fast kernels, for the benchmark report."""
+
+    model_name: str
+    flags: tuple[str, ...]  # those of REPORTED_CPU_FLAGS it has
+
+    @property
+    def has_bf16(self) -> bool:
+        return any(flag in self.flags for flag in BF16_CPU_FLAGS)
+
+
+def cpu_features(cpuinfo: Path = Path("/proc/cpuinfo")) -> CpuFeatures:
+    """Model name and relevant flags from /proc/cpuinfo (Linux); no flags where it cannot be read."""
+    try:
+        text = cpuinfo.read_text()
+    except OSError:
+        return CpuFeatures(platform.processor() or platform.machine(), ())
+    fields = dict(_field(line) for line in text.splitlines() if ":" in line)  # the last CPU's fields win: all alike
+    flags = set(fields.get("flags", "").split())
+    name = fields.get("model name") or platform.processor() or platform.machine()
+    return CpuFeatures(name, tuple(flag for flag in REPORTED_CPU_FLAGS if flag in flags))
+
+
+def pick_device(setting: str = "auto") -> torch.device:
+    """"auto" is CUDA when a GPU is visible, else the CPU; "cpu" or "cuda" are taken as said."""
+    if setting == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if setting not in ("cpu", "cuda"):
+        raise ValueError(f"device must be auto, cpu or cuda, not {setting!r}")
+    if setting == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device cuda was asked for, but no CUDA GPU is visible")
+    return torch.device(setting)
+
+
+def pick_dtype(setting: str, device: torch.device | str) -> torch.dtype:
+    """"auto" is bfloat16 where the device has native bf16 kernels, else float32."""
+    if setting in DTYPES:
+        return DTYPES[setting]
+    if setting != "auto":
+        raise ValueError(f"dtype must be auto, float32 or bfloat16, not {setting!r}")
+    if torch.device(device).type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32
+    return torch.bfloat16 if cpu_features().has_bf16 else torch.float32
+
+
+def _field(line: str) -> tuple[str, str]:
+    key, _, value = line.partition(":")
+    return key.strip(), value.strip()

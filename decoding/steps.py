@@ -1,0 +1,66 @@
+"""The shape of every decode forward after the prefill, and verification of a draft in fixed-width blocks.
+
+Kernels may round a row differently depending on how many rows a forward holds, so in bfloat16 checking a
+draft in one forward can choose another token than a one-token step would at a near-tie. With a fixed
+width W every decode forward holds exactly W tokens (a greedy step pads its one token, a verification pads
+its draft), so a position's logits do not depend on which kind of step computed them, and LLMA equals
+this engine's greedy by construction -- wherever the kernels treat every row of a W-block alike, which
+tests/decoding/test_invariance.py checks bit for bit.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+UNKNOWN = -1  # the model's choice after a rejected draft token: never looked at
+
+
+@dataclass(frozen=True)
+class StepConfig:
+    """How wide each decode forward is; greedy and LLMA must be given the same one to be comparable.
+
+    width None: a greedy step feeds one token and a verification the pending token plus its draft.
+    width W: every decode forward feeds exactly W tokens, padded; longer drafts take several forwards, and
+    the KV cache is preallocated for `cache_len` positions. Attention then always spans `cache_len` keys,
+    the unused ones masked: a row's sums run over the same length wherever it sits, which a cache that
+    grows does not give (fp32 GEMMs and SDPA pick their blocking by length).
+    """
+
+    width: int | None = None
+    cache_len: int = 2048  # prompt + reply + W must fit; only used with a width
+
+    def __post_init__(self) -> None:
+        if self.width is not None and not 1 <= self.width <= self.cache_len:
+            raise ValueError("step width must be at least 1 and at most cache_len")
+
+    def check_fits(self, prompt_len: int, max_new_tokens: int) -> None:
+        """Refuse a call whose prompt and reply would overflow the preallocated cache."""
+        if self.width is not None and prompt_len + max_new_tokens + self.width > self.cache_len:
+            raise ValueError(
+                f"prompt ({prompt_len}) + max_new_tokens ({max_new_tokens}) + step width ({self.width}) "
+                f"exceed the KV cache of {self.cache_len} positions"
+            )
+
+    def pad(self, block: list[int]) -> list[int]:
+        """`block` padded to the step width by repeating its last token (padding's KV entries are dropped)."""
+        if self.width is None:
+            return block
+        return block + [block[-1]] * (self.width - len(block))
+
+
+ONE_TOKEN_STEPS = StepConfig()
+
+
+def verify_in_blocks(
+    inputs: list[int], width: int | None, forward_block: Callable[[list[int]], list[int]]
+) -> list[int]:
+    """The greedy choice after each of `inputs` (the pending token, then the draft), W inputs per forward.
+
+    A block is fed only while every draft token so far equals the choice before it; past the first
+    disagreement the choices are UNKNOWN (or whatever the last block made of the rejected tokens).
+    """
+    if width is None:
+        return forward_block(inputs)
+    choices: list[int] = []
+    while len(choices) < len(inputs) and inputs[1 : len(choices) + 1] == choices:
+        choices += forward_block(inputs[len(choices) : len(choices) + width])
+    return choices + [UNKNOWN] * (len(inputs) - len(choices))
