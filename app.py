@@ -1,9 +1,11 @@
 """Start the helpdesk: read settings once, build the chat service, mount the web pages, serve them."""
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, NoReturn
 
+import torch
 import uvicorn
 from pydantic import SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -11,8 +13,21 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from cache import StaffStore
 from chatbot import Accounts, AdminService, Admission, Bootstrap, ChatLimits, ChatService, ChatSettings, InputError
 from data import example_questions
-from decoding import ModelLoadError
+from decoding import ModelLoadError, cpu_features, default_step_width, pick_device, pick_dtype
 from webui import LoginLimits, build_app
+
+
+@dataclass(frozen=True)
+class Engine:
+    """Where and how the model runs, resolved once from the settings and this machine."""
+
+    device: torch.device
+    dtype: torch.dtype
+    step_width: int | None
+
+    def describe(self) -> str:
+        steps = f"{self.step_width}-wide decode steps" if self.step_width else "one-token decode steps"
+        return f"{str(self.dtype).removeprefix('torch.')} on {self.device}, {steps} ({cpu_features().model_name})"
 
 
 class Settings(BaseSettings):
@@ -26,6 +41,9 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = 7860
     threads: int = 2
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    dtype: Literal["auto", "float32", "bfloat16"] = "auto"  # auto: bfloat16 where the CPU or GPU has bf16 kernels
+    step_width: int | None = None  # None: 8 in bfloat16, one-token steps in float32; 0: one-token steps
     max_new_tokens: int = ChatSettings.max_new_tokens
     references_k: int = ChatSettings.references_k
     similarity_threshold: float = ChatSettings.similarity_threshold
@@ -45,8 +63,15 @@ class Settings(BaseSettings):
     chat_per_client: int = ChatLimits.per_client
     chat_per_address: int = ChatLimits.per_address
 
-    def chat_settings(self) -> ChatSettings:
+    def engine(self) -> Engine:
+        device = pick_device(self.device)
+        dtype = pick_dtype(self.dtype, device)
+        width = default_step_width(dtype == torch.bfloat16) if self.step_width is None else self.step_width or None
+        return Engine(device, dtype, width)
+
+    def chat_settings(self, step_width: int | None) -> ChatSettings:
         return ChatSettings(
+            step_width=step_width,
             max_new_tokens=self.max_new_tokens, references_k=self.references_k,
             similarity_threshold=self.similarity_threshold, use_knowledge_base=self.use_knowledge_base,
             grounding=self.grounding, grounding_threshold=self.grounding_threshold,
@@ -66,12 +91,14 @@ class Settings(BaseSettings):
 def main() -> None:
     try:
         settings = Settings()
-        chat_settings, chat_limits = settings.chat_settings(), settings.chat_limits()
+        engine = settings.engine()
+        chat_settings, chat_limits = settings.chat_settings(engine.step_width), settings.chat_limits()
     except (ValidationError, ValueError) as err:
         _fail(f"bad setting: {err}")
     try:
         service = ChatService.create(
-            settings.data_dir, settings.model, settings.db_url, settings.threads, chat_settings
+            settings.data_dir, settings.model, settings.db_url, settings.threads, chat_settings,
+            dtype=engine.dtype, device=engine.device,
         )
     except ModelLoadError as err:
         _fail(f"cannot load the model: {err}")
@@ -81,6 +108,7 @@ def main() -> None:
     except InputError as err:
         _fail(f"CHATBOT_ADMIN_PASSWORD: {err}")
     print(_announcement(bootstrap, "CHATBOT_ADMIN_PASSWORD"), flush=True)
+    print(f"Engine: {engine.describe()}", flush=True)
     print(f"Chat: http://{settings.host}:{settings.port}/   Admin: http://{settings.host}:{settings.port}/admin")
     admin = AdminService(service.cache, service, accounts)
     app = build_app(service, admin, example_questions(), Admission(chat_limits), settings.login_limits())

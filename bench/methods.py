@@ -11,12 +11,18 @@ import torch
 from decoding import (
     AdaptiveCopyPolicy,
     CostCurve,
+    CpuFeatures,
     FixedCopyPolicy,
     LlmaOptions,
+    StepConfig,
+    cpu_features,
+    default_step_width,
     greedy_generate,
     llma_generate,
     load_model,
     measure_cost_curve,
+    pick_dtype,
+    sized_steps,
 )
 from decoding.simulate import simulate_llma
 
@@ -37,11 +43,12 @@ class Decoded:
 
 
 class ForwardCounter:
-    """Counts the model's top-level forward calls: one per greedy step or per verification."""
+    """Counts the models' top-level forward calls: one per greedy step or per verification."""
 
-    def __init__(self, model: torch.nn.Module) -> None:
+    def __init__(self, *models: torch.nn.Module) -> None:
         self.count = 0
-        model.register_forward_pre_hook(self._count)
+        for model in dict.fromkeys(models):  # the same model once
+            model.register_forward_pre_hook(self._count)
 
     def _count(self, module, args) -> None:
         self.count += 1
@@ -50,21 +57,35 @@ class ForwardCounter:
 class Decoder:
     """Runs any method on a prompt with one model, budget and stop token; counts forward passes."""
 
-    def __init__(self, model, tokenizer, max_new_tokens: int, llma_policy: AdaptiveCopyPolicy) -> None:
+    def __init__(
+        self, model, tokenizer, max_new_tokens: int, llma_policy: AdaptiveCopyPolicy,
+        step_width: int | None = None, hf_model=None,
+    ) -> None:
         self.model = model
+        self.hf_model = hf_model if hf_model is not None else model  # transformers' generate runs on this one
         self.tokenizer = tokenizer
         self.eos_token_id = tokenizer.eos_token_id
         self.max_new_tokens = max_new_tokens
         self.llma_policy = llma_policy
-        self.forwards = ForwardCounter(model)
+        self.step_width = step_width
+        self.forwards = ForwardCounter(self.model, self.hf_model)
 
     @classmethod
     def load(cls, max_new_tokens: int) -> "Decoder":
-        """The bundled model, with the adaptive policy on its cost curve (measured now, before any timing)."""
-        model, tokenizer = load_model()
+        """The bundled model as `make run` runs it on this machine (bfloat16 with W-wide steps where the CPU has
+        bf16 kernels), transformers' generate on an fp32 copy (its fastest dtype on a CPU), and the adaptive
+        policy on the engine's cost curve (measured now, before any timing)."""
+        dtype = pick_dtype("auto", "cpu")
+        model, tokenizer = load_model(dtype=dtype)
+        hf_model = model if dtype == torch.float32 else load_model(dtype=torch.float32)[0]
+        width = default_step_width(dtype == torch.bfloat16)
         torch.manual_seed(0)
-        # The cost curve is measured once, on load, before any timing.
-        return cls(model, tokenizer, max_new_tokens, AdaptiveCopyPolicy(cost=measure_cost_curve(model)))
+        curve = measure_cost_curve(model, steps=sized_steps(width, 256, max_new_tokens))
+        return cls(model, tokenizer, max_new_tokens, AdaptiveCopyPolicy(cost=curve), width, hf_model)
+
+    def steps(self, prompt_ids: list[int]) -> StepConfig:
+        """The decode step shape for this prompt: the same for every method of the engine, as in the service."""
+        return sized_steps(self.step_width, len(prompt_ids), self.max_new_tokens)
 
     def decode(
         self, method: str, prompt_ids: list[int], references: list[list[int]], greedy_tokens: list[int]
@@ -87,19 +108,20 @@ class Decoder:
 
     def hf(self, prompt_ids: list[int], **options) -> Decoded:
         ids = torch.tensor([prompt_ids])  # (1, T)
-        out = self.model.generate(
+        out = self.hf_model.generate(
             ids, attention_mask=torch.ones_like(ids), max_new_tokens=self.max_new_tokens, do_sample=False,
             eos_token_id=self.eos_token_id, pad_token_id=self.eos_token_id, **options,
         )  # (1, T + new)
         return Decoded(out[0, len(prompt_ids) :].tolist(), copied_tokens=None)
 
     def greedy(self, prompt_ids: list[int]) -> Decoded:
-        result = greedy_generate(self.model, prompt_ids, self.max_new_tokens, self.eos_token_id)
+        steps = self.steps(prompt_ids)
+        result = greedy_generate(self.model, prompt_ids, self.max_new_tokens, self.eos_token_id, steps=steps)
         return Decoded(result.tokens, copied_tokens=0)
 
     def llma(self, prompt_ids: list[int], references: list[list[int]], policy) -> Decoded:
         options = LlmaOptions(self.max_new_tokens, self.eos_token_id)
-        result = llma_generate(self.model, prompt_ids, references, policy, options)
+        result = llma_generate(self.model, prompt_ids, references, policy, options, steps=self.steps(prompt_ids))
         from_first = sum(run.length for run in result.copied_runs if run.source == 0)
         return Decoded(result.tokens, result.copied_tokens, from_first)
 
@@ -121,6 +143,10 @@ class Decoder:
         return str(next(self.model.parameters()).dtype)
 
     @property
+    def hf_dtype(self) -> str:
+        return str(next(self.hf_model.parameters()).dtype)
+
+    @property
     def parameters(self) -> int:
         return sum(p.numel() for p in self.model.parameters())
 
@@ -130,6 +156,11 @@ class Decoder:
     def cost_curve_json(self) -> dict:
         """{"sizes", "seconds", "context_len"}: the forward costs the adaptive policy plans with."""
         return self.llma_policy.cost.to_json()
+
+
+def processor() -> CpuFeatures:
+    """The CPU model and the flags that choose its fast kernels, for the report."""
+    return cpu_features()
 
 
 def paper_policy_json() -> dict:

@@ -350,7 +350,11 @@ def header_section(results: Results) -> str:
     lines = [
         "# LLMA benchmark",
         "",
-        f"- Model: {model.id} ({model.dtype}), at most {s.max_new_tokens} new tokens per reply.",
+        f"- Model: {model.id}; this engine in {model.dtype} with "
+        f"{f'{model.step_width}-wide decode steps' if model.step_width else 'one-token decode steps'}"
+        f"{f', transformers generate (hf_*) in {model.hf_dtype}' if model.hf_dtype else ''}; at most "
+        f"{s.max_new_tokens} new tokens per reply.",
+        f"- CPU: {m.cpu_model or m.processor} ({', '.join(m.cpu_flags) or 'flags not recorded'}).",
         f"- Questions: at most {s.limit} per workload, each method's fastest of {s.repeats} round(s); "
         f"cache k={s.k}, threshold {s.threshold}, {s.cache_entries} stored answers.",
         f"- Machine: {m.platform}, {m.cpu_count} CPUs, {m.torch_threads} torch threads, "

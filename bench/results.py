@@ -151,8 +151,10 @@ class Mismatch:
 @dataclass
 class ModelInfo:
     id: str
-    dtype: str
+    dtype: str  # of this project's engine (greedy, llma, ...)
     parameters: int
+    step_width: int | None = None  # every decode forward this wide; None: one-token steps
+    hf_dtype: str = ""  # of transformers' generate (hf_greedy, hf_prompt_lookup)
 
 
 @dataclass
@@ -167,6 +169,8 @@ class Machine:
     omp_wait_policy: str | None
     load_average_at_start: list[float]
     load_average_at_end: list[float] = field(default_factory=list)
+    cpu_model: str = ""
+    cpu_flags: list[str] = field(default_factory=list)  # the ones that choose the fast path: bf16, AMX, AVX
 
     def busiest_load(self) -> float:
         return max(self.load_average_at_start[0], self.load_average_at_end[0])

@@ -17,7 +17,7 @@ import torch
 import transformers
 from tqdm import tqdm
 
-from bench.methods import METHODS, PLAIN_GREEDY, Decoded, Decoder, paper_policy_json
+from bench.methods import METHODS, PLAIN_GREEDY, Decoded, Decoder, paper_policy_json, processor
 from bench.results import (
     CostCurvePoints,
     GridCell,
@@ -140,7 +140,10 @@ def warm_up(decoder: Decoder, item: Item, methods: list[str]) -> None:
 
 
 def machine_info() -> Machine:
+    cpu = processor()
     return Machine(
+        cpu_model=cpu.model_name,
+        cpu_flags=list(cpu.flags),
         platform=platform.platform(),
         processor=platform.processor() or platform.machine(),
         python=platform.python_version(),
@@ -190,7 +193,7 @@ def run_bench(config: BenchConfig) -> Results:
     if grid_items:
         clock.lap("grid")
     return Results(
-        model=ModelInfo(decoder.model_id, decoder.dtype, decoder.parameters),
+        model=ModelInfo(decoder.model_id, decoder.dtype, decoder.parameters, decoder.step_width, decoder.hf_dtype),
         machine=replace(machine, load_average_at_end=list(os.getloadavg())),
         settings=settings_of(config, decoder, len(grid_items), workloads.cache_entries),
         workloads=list(config.workloads),

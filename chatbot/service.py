@@ -7,10 +7,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import torch
+
 from cache import AnswerCache, Embedder, NewAnswer, NewReply
 from cache.records import ArticleRecord, CachedAnswer, Hit
 from data import StaffAnswer, load_articles, load_staff_answers
 from decoding import (
+    ONE_TOKEN_STEPS,
     OUTPUT_SOURCE,
     PROMPT_SOURCE,
     AdaptiveCopyPolicy,
@@ -19,10 +22,12 @@ from decoding import (
     DecodeResult,
     FixedCopyPolicy,
     LlmaOptions,
+    StepConfig,
     greedy_generate,
     llma_stream,
     load_model,
     load_or_measure,
+    sized_steps,
 )
 
 from .prompt import (
@@ -65,6 +70,9 @@ class ChatSettings:
     grounding_threshold: float = 0.6
     grounding_answers: int = 1
     grounding_token_budget: int = 384  # answer tokens the grounding may add to the prompt
+    # Every decode forward W tokens wide (decoding/steps.py): in bfloat16 the price of LLMA equalling this
+    # engine's greedy bit for bit, and nearly free on a flat cost curve. None: one-token steps (fp32).
+    step_width: int | None = None
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_new_tokens < self.context_window:
@@ -133,6 +141,7 @@ class _Turn:
     context_key: str
     prompt_hash: str
     session_id: str
+    steps: StepConfig  # the shape of every decode forward; Verify reruns greedy with the same
 
 
 @dataclass(frozen=True)
@@ -180,9 +189,11 @@ class ChatService:
         threads: int | None = None,
         settings: ChatSettings | None = None,
         seed: Seed | None = None,
+        dtype: torch.dtype = torch.float32,
+        device: str | torch.device = "cpu",
     ) -> "ChatService":
         """Load the model (the bundled one by default), then open the service on it."""
-        model, tokenizer = load_model(model_path, threads=threads)
+        model, tokenizer = load_model(model_path, threads=threads, dtype=dtype, device=device)
         model_id = str(model_path or "SmolLM2-135M-Instruct")
         return cls.open(model, tokenizer, model_id, data_dir, db_url, settings, seed)
 
@@ -209,7 +220,9 @@ class ChatService:
         )
         if not cache.list_articles():  # a fresh install
             seed_help_centre(cache, tokenizer, model_id, seed if seed is not None else Seed.shipped())
-        cost = cost or load_or_measure(model, data_dir / "cost_curves.json")
+        # The curve is measured on the step shape the turns run (its cache sized for a typical prompt).
+        typical_steps = sized_steps(settings.step_width, 256, settings.max_new_tokens)
+        cost = cost or load_or_measure(model, data_dir / "cost_curves.json", steps=typical_steps)
         return cls(model, tokenizer, cache, settings, cost, model_id)
 
     # --- one turn --------------------------------------------------------------------------------
@@ -260,6 +273,7 @@ class ChatService:
             context_key=context_key(kept),
             prompt_hash=prompt_hash(str(prompt.ids), [article_id or ""], decode_settings),
             session_id=session_id,
+            steps=sized_steps(self.settings.step_width, len(prompt.ids), self.settings.max_new_tokens),
         )
 
     def _pick_grounding(self, question: str) -> list[Hit]:
@@ -305,7 +319,7 @@ class ChatService:
         references = [hit.answer_ids for hit in turn.hits]
         result = DecodeResult()
         options = LlmaOptions(self.settings.max_new_tokens, self.eos_token_id)
-        stream = llma_stream(self.model, turn.prompt.ids, references, policy, options, result)
+        stream = llma_stream(self.model, turn.prompt.ids, references, policy, options, result, steps=turn.steps)
         plain_steps: list[float] = []  # one-token forwards timed in this very decode: greedy's step time
         last = time.perf_counter()
         while True:
@@ -383,6 +397,7 @@ class ChatService:
             copied_from_reply=copied_by_source.get(OUTPUT_SOURCE, 0),
             article=self._article_use(turn), history_trimmed=turn.prompt.dropped_turns,
             finished=result.finished_by_eos or n >= self.settings.max_new_tokens,
+            step_width=turn.steps.width, cache_len=turn.steps.cache_len if turn.steps.width else None,
         )
 
     def _step_seconds(self, plain_steps: list[float]) -> tuple[float, str]:
@@ -430,8 +445,9 @@ class ChatService:
         prompt_ids, tokens = reply.prompt_ids, reply.token_ids
         if not prompt_ids or tokens is None:
             raise ValueError(f"reply {reply_id} was stored without its prompt; it cannot be verified")
+        steps = ReplyStats.from_json(reply.stats).steps() if reply.stats else ONE_TOKEN_STEPS
         with self._model_lock:
-            greedy = greedy_generate(self.model, prompt_ids, len(tokens) or 1, self.eos_token_id)
+            greedy = greedy_generate(self.model, prompt_ids, len(tokens) or 1, self.eos_token_id, steps=steps)
         identical = greedy.tokens == tokens
         reply_seconds = max(reply.seconds or 0.0, 1e-6)
         speedup = greedy.seconds / reply_seconds

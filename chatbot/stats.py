@@ -2,6 +2,8 @@
 
 from dataclasses import asdict, dataclass
 
+from decoding import ONE_TOKEN_STEPS, StepConfig
+
 
 @dataclass(frozen=True)
 class ReferenceUse:
@@ -40,6 +42,12 @@ class ReplyStats:
     article: ArticleUse | None = None
     history_trimmed: int = 0
     finished: bool = False  # ended by EOS or the token limit, not stopped
+    step_width: int | None = None  # every decode forward this wide (None: one-token steps)
+    cache_len: int | None = None  # the preallocated KV cache of W-wide steps
+
+    def steps(self) -> StepConfig:
+        """The decode step shape this reply ran with, so that a rerun of greedy decoding is bit-comparable."""
+        return StepConfig(self.step_width, self.cache_len) if self.step_width else ONE_TOKEN_STEPS
 
     @property
     def seconds_saved(self) -> float:

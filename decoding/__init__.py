@@ -8,13 +8,22 @@ from .model_loading import ModelLoadError, load_model, prepare_bundled_model
 from .policy import AdaptiveCopyPolicy, CopyPolicy, Drafter, FixedCopyPolicy, best_copy_len
 from .reference_index import OUTPUT_SOURCE, PROMPT_SOURCE, Match, ReferenceIndex
 from .result import Chunk, CopiedRun, DecodeResult
-from .steps import ONE_TOKEN_STEPS, UNKNOWN, StepConfig, verify_in_blocks
+from .steps import (
+    ONE_TOKEN_STEPS,
+    UNKNOWN,
+    StepConfig,
+    default_step_width,
+    sized_steps,
+    verify_in_blocks,
+)
 
 __all__ = [
     "ONE_TOKEN_STEPS",
     "UNKNOWN",
     "CpuFeatures",
     "StepConfig",
+    "default_step_width",
+    "sized_steps",
     "cpu_features",
     "pick_device",
     "pick_dtype",
