@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 from decoding import (
+    ONE_TOKEN_STEPS,
     AdaptiveCopyPolicy,
     CostCurve,
     CpuFeatures,
@@ -68,6 +69,7 @@ class Decoder:
         self.max_new_tokens = max_new_tokens
         self.llma_policy = llma_policy
         self.step_width = step_width
+        self.step_costs: list[dict] = []
         self.forwards = ForwardCounter(self.model, self.hf_model)
 
     @classmethod
@@ -80,8 +82,11 @@ class Decoder:
         hf_model = model if dtype == torch.float32 else load_model(dtype=torch.float32)[0]
         width = default_step_width(dtype == torch.bfloat16)
         torch.manual_seed(0)
-        curve = measure_cost_curve(model, steps=sized_steps(width, 256, max_new_tokens))
-        return cls(model, tokenizer, max_new_tokens, AdaptiveCopyPolicy(cost=curve), width, hf_model)
+        steps = sized_steps(width, 256, max_new_tokens)
+        curve = measure_cost_curve(model, steps=steps)
+        decoder = cls(model, tokenizer, max_new_tokens, AdaptiveCopyPolicy(cost=curve), width, hf_model)
+        decoder.step_costs = compare_step_costs(model, hf_model, steps)
+        return decoder
 
     def steps(self, prompt_ids: list[int]) -> StepConfig:
         """The decode step shape for this prompt: the same for every method of the engine, as in the service."""
@@ -156,6 +161,22 @@ class Decoder:
     def cost_curve_json(self) -> dict:
         """{"sizes", "seconds", "context_len"}: the forward costs the adaptive policy plans with."""
         return self.llma_policy.cost.to_json()
+
+
+def compare_step_costs(model, fp32_model, steps: StepConfig) -> list[dict]:
+    """The engine's step next to one-token steps of the same model and of fp32, over a 256-token cache."""
+    sizes = (1, 2, 4, 8, 16)
+    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+    configs = [(f"{dtype}, one-token / variable-width steps", model, ONE_TOKEN_STEPS, sizes)]
+    if steps.width:
+        configs.insert(0, (f"{dtype}, {steps.width}-wide steps (this engine)", model, steps, (steps.width,)))
+    if fp32_model is not model:
+        configs.append(("float32, one-token / variable-width steps", fp32_model, ONE_TOKEN_STEPS, sizes))
+    costs = []
+    for label, which, config, config_sizes in configs:
+        curve = measure_cost_curve(which, sizes=config_sizes, steps=config)
+        costs.append({"label": label, "sizes": list(curve.sizes), "ms": [round(s * 1000, 1) for s in curve.seconds]})
+    return costs
 
 
 def processor() -> CpuFeatures:

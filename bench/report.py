@@ -341,7 +341,26 @@ def cost_section(results: Results) -> str:
         "`decoding.measure_cost_curve` measured them at the start of the run: what one verification costs, "
         "and the curve the default policy plans with."
     )
-    return f"## Forward cost curve\n\n{intro}\n\n" + table(["tokens", "ms", "relative to 1 token"], rows)
+    return f"## Forward cost curve\n\n{intro}\n\n" + table(["tokens", "ms", "relative to 1 token"], rows) + (
+        step_cost_table(results)
+    )
+
+
+def step_cost_table(results: Results) -> str:
+    """The engine's W-wide step against one-token steps, measured side by side at the start of the run."""
+    if not results.step_costs:
+        return ""
+    sizes = sorted({n for cost in results.step_costs for n in cost.sizes})
+    rows = [
+        [cost.label, *(f"{dict(zip(cost.sizes, cost.ms, strict=True)).get(n, '')}" for n in sizes)]
+        for cost in results.step_costs
+    ]
+    return (
+        "\n\nms of one decode forward of n new tokens over a 256-token cache, per engine configuration "
+        "(fastest of 5, measured side by side at the start of the run). With W-wide steps every forward, a "
+        "plain greedy step included, is W tokens wide; only that width is timed.\n\n"
+        + table(["configuration", *(f"{n} tokens" for n in sizes)], rows)
+    )
 
 
 def header_section(results: Results) -> str:

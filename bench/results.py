@@ -200,10 +200,20 @@ class CostCurvePoints:
     sizes: list[int]
     seconds: list[float]
     context_len: int
+    step_width: int | None = None  # the engine's step width: every forward is that wide
 
     def relative(self) -> dict[int, float]:
         """Each size's cost in one-token steps."""
         return {n: s / self.seconds[0] for n, s in zip(self.sizes, self.seconds, strict=True)}
+
+
+@dataclass
+class StepCost:
+    """Milliseconds of one decode forward of n new tokens in one engine configuration, over a warm cache."""
+
+    label: str
+    sizes: list[int]
+    ms: list[float]
 
 
 @dataclass
@@ -218,6 +228,7 @@ class Results:
     questions: list[QuestionRecord]
     phase_seconds: dict[str, float]
     wall_seconds: float
+    step_costs: list[StepCost] = field(default_factory=list)  # the engine's step against one-token steps
 
     def row(self, workload: str, method: str) -> Row | None:
         """The row of a method on a workload, or None when it measured no question."""
@@ -251,6 +262,7 @@ def load(path: Path) -> Results:
         questions=[_question(q) for q in saved["questions"]],
         phase_seconds=saved["phase_seconds"],
         wall_seconds=saved["wall_seconds"],
+        step_costs=[StepCost(**cost) for cost in saved.get("step_costs", [])],
     )
 
 

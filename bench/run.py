@@ -27,6 +27,7 @@ from bench.results import (
     QuestionRecord,
     Results,
     Settings,
+    StepCost,
     grid_cell,
     summarize,
 )
@@ -198,6 +199,7 @@ def run_bench(config: BenchConfig) -> Results:
         settings=settings_of(config, decoder, len(grid_items), workloads.cache_entries),
         workloads=list(config.workloads),
         cost_curve=CostCurvePoints(**decoder.cost_curve_json()),
+        step_costs=[StepCost(**cost) for cost in decoder.step_costs],
         rows=[summarize(w, m, records[w]) for w in config.workloads for m in METHODS if m in config.methods],
         grid=grid,
         questions=[r for w in config.workloads for r in records[w]],
