@@ -59,7 +59,7 @@ def test_a_workload_where_nothing_was_grounded_has_no_copy_share():
 @pytest.fixture()
 def grounded_run():
     """The shipped run with a measured `grounded` workload added (grounded_staff not run)."""
-    results = load(ROOT / "docs" / "benchmark" / "results.json")
+    results = load(ROOT / "docs" / "benchmark" / "2026-11-29-fp32" / "results.json")
     records = grounded_records()
     results.workloads.append("grounded")
     results.questions += records
@@ -127,7 +127,7 @@ def test_results_json_keeps_the_grounded_fields(grounded_run, tmp_path):
 
 
 def test_a_run_from_before_grounding_loads_with_defaults_and_has_no_grounded_section():
-    old = load(ROOT / "docs" / "benchmark" / "results.json")
+    old = load(ROOT / "docs" / "benchmark" / "2026-11-29-fp32" / "results.json")
     assert old.settings.grounding == {} and old.grounded_workloads() == []
     assert all(q.plain_prompt_tokens is None and not q.is_grounded() for q in old.questions)
     assert all(r.copied_from_first_reference is None for q in old.questions for r in q.runs)
