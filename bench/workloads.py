@@ -24,7 +24,7 @@ from chatbot.prompt import (
     context_key,
     prompt_hash,
 )
-from chatbot.service import ChatSettings
+from chatbot.service import ChatSettings, within_token_budget
 from data import Question, StaffAnswer, group_questions
 
 WORKLOADS = ("cache_assisted", "rag", "repeat", "followup", "novel", *GROUNDED_WORKLOADS)
@@ -123,12 +123,7 @@ def pick_grounding(cache: AnswerCache, question: str, grounding: Grounding, mode
     candidates = cache.lookup(
         question, k=grounding.answers, threshold=grounding.threshold, model_id=model_id, reviews=("approved",)
     )
-    chosen, budget = [], grounding.token_budget
-    for hit in candidates:
-        if len(hit.answer_ids) <= budget:
-            chosen.append(hit)
-            budget -= len(hit.answer_ids)
-    return chosen
+    return within_token_budget(candidates, grounding.token_budget)
 
 
 class Workbench:

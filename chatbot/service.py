@@ -144,6 +144,16 @@ class _Turn:
     steps: StepConfig  # the shape of every decode forward; Verify reruns greedy with the same
 
 
+def within_token_budget(candidates: list[Hit], budget: int) -> list[Hit]:
+    """The candidates, best first, whose answers fit together in `budget` tokens (one too long is skipped)."""
+    chosen = []
+    for hit in candidates:
+        if len(hit.answer_ids) <= budget:
+            chosen.append(hit)
+            budget -= len(hit.answer_ids)
+    return chosen
+
+
 @dataclass(frozen=True)
 class Seed:
     """What a fresh install starts with: help articles (id -> "Title\nbody") and approved staff answers."""
@@ -285,12 +295,7 @@ class ChatService:
             question, k=self.settings.grounding_answers, threshold=self.settings.grounding_threshold,
             model_id=self.model_id, reviews=reviews,
         )
-        chosen, budget = [], self.settings.grounding_token_budget
-        for hit in candidates:
-            if len(hit.answer_ids) <= budget:
-                chosen.append(hit)
-                budget -= len(hit.answer_ids)
-        return chosen
+        return within_token_budget(candidates, self.settings.grounding_token_budget)
 
     def _check_question(self, question: object) -> str:
         if not isinstance(question, str):
