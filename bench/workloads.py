@@ -166,11 +166,11 @@ class Workbench:
         )
         self.group_of_entry[self.cache.add_answer(new)] = staff.group
 
-    def own_approved(self, q: Question, approved_by: str) -> Hit:
+    def own_approved(self, q: Question, approved_by: str) -> Hit | None:
         """The approved answer stored for `q`'s group under `approved_by`, scored against `q` as a lookup would."""
         ranked = self.cache.lookup(q.question, k=len(self.group_of_entry), threshold=-1.0, model_id=approved_by,
                                    reviews=("approved",))
-        return next(h for h in ranked if self.group_of_entry.get(h.id) == q.group)
+        return next((h for h in ranked if self.group_of_entry.get(h.id) == q.group), None)
 
     def cache_reference(self, hit: Hit, q: Question, kind: str = "cache") -> Reference:
         return Reference(kind, len(hit.answer_ids), round(hit.score, 4), hit.question,
@@ -194,6 +194,8 @@ class Workbench:
         cache hits. Whether the chat service's own lookup would have picked that answer is recorded beside it.
         """
         own = self.own_approved(q, approved_by)
+        if own is None:  # no approved answer for this group (the staff wrote none for groups without an article)
+            return self.cache_assisted(q, workload, retrieval)
         picked = pick_grounding(self.cache, q.question, self.grounding, approved_by)
         hits = [h for h in retrieve(self.cache, q.question, retrieval, self.model_id) if h.id != own.id]
         prompt_ids = self.prompt(q.question, approved=[ApprovedAnswer(own.question, own.answer)])

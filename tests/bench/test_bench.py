@@ -19,9 +19,9 @@ from data import Question
 ROOT = Path(__file__).resolve().parents[2]
 
 QUESTIONS = [
-    {"group": "reset", "question": "How do I reset my password?", "article": "reset"},
-    {"group": "reset", "question": "I forgot my password, how do I get a new one?", "article": "reset"},
-    {"group": "reset", "question": "can you make that shorter", "article": "reset", "follow_up": True},
+    {"group": "forgot-password", "question": "How do I reset my password?", "article": "reset"},
+    {"group": "forgot-password", "question": "I forgot my password, how do I get a new one?", "article": "reset"},
+    {"group": "forgot-password", "question": "can you make that shorter", "article": "reset", "follow_up": True},
     {"group": "share", "question": "How do I share a folder?", "article": "share"},
     {"group": "share", "question": "how can i share a folder with my team", "article": "share"},
     {"group": "linux", "question": "Do you have a desktop app for Linux?", "article": None},
