@@ -361,6 +361,15 @@ class AnswerCache:
                 self._save_index()
         return updated
 
+    def seed_if_new(self, seed: Callable[[], None]) -> bool:
+        """Run `seed` on a fresh database only (no article yet), one process at a time: replicas that start
+        together on an empty database seed it once. True when this call seeded."""
+        with startup_lock(self._engine):
+            if self.list_articles():
+                return False
+            seed()
+            return True
+
     def set_review(self, entry_ids: Iterable[int], review: str) -> list[int]:
         """Put entries into a review state (approve or reject, one or in bulk); returns the ids that exist.
 

@@ -53,7 +53,12 @@ class Accounts:
         if self.store.count_users("admin"):
             return Bootstrap(False, name, None)
         generated = None if password else secrets.token_urlsafe(16)
-        self.add(name, "admin", password or generated, actor="(start-up)")
+        try:
+            self.add(name, "admin", password or generated, actor="(start-up)")
+        except InputError:
+            if self.store.count_users("admin"):  # a replica starting at the same moment made the first admin
+                return Bootstrap(False, name, None)
+            raise
         return Bootstrap(True, name, generated)
 
     def authenticate(self, name: str, password: str) -> StaffAccount | None:

@@ -228,8 +228,8 @@ class ChatService:
             data_dir, embed=embedder.embed, dim=embedder.dim, url=db_url, max_entries=settings.max_entries,
             embedder_name=embedder.name,
         )
-        if not cache.list_articles():  # a fresh install
-            seed_help_centre(cache, tokenizer, model_id, seed if seed is not None else Seed.shipped())
+        seed = seed if seed is not None else Seed.shipped()
+        cache.seed_if_new(lambda: seed_help_centre(cache, tokenizer, model_id, seed))
         # The curve is measured on the step shape the turns run (its cache sized for a typical prompt).
         typical_steps = sized_steps(settings.step_width, 256, settings.max_new_tokens)
         cost = cost or load_or_measure(model, data_dir / "cost_curves.json", steps=typical_steps)
