@@ -325,7 +325,7 @@ class ChatService:
         result = DecodeResult()
         options = LlmaOptions(self.settings.max_new_tokens, self.eos_token_id)
         stream = llma_stream(self.model, turn.prompt.ids, references, policy, options, result, steps=turn.steps)
-        plain_steps: list[float] = []  # one-token forwards timed in this very decode: greedy's step time
+        plain_steps: list[float] = []  # steps with no draft timed in this very decode: greedy's step time
         last = time.perf_counter()
         while True:
             with self._model_lock:
@@ -387,7 +387,7 @@ class ChatService:
             tokens=n, forward_passes=result.forward_passes, copied_tokens=result.copied_tokens,
             seconds=round(result.seconds, 4), tokens_per_second=round(n / seconds, 1),
             greedy_seconds_estimate=round(greedy_estimate, 4), speedup=round(greedy_estimate / seconds, 2),
-            speedup_method=f"estimate: measured prefill + {max(n - 1, 0)} one-token steps x "
+            speedup_method=f"estimate: measured prefill + {max(n - 1, 0)} greedy steps x "
             f"{step * 1000:.0f} ms ({method})",
             exact_hit=exact_hit, copied_share=round(result.copied_tokens / n, 3) if n else 0.0,
             tokens_per_forward_pass=round(n / result.forward_passes, 2) if result.forward_passes else None,
@@ -406,10 +406,10 @@ class ChatService:
         )
 
     def _step_seconds(self, plain_steps: list[float]) -> tuple[float, str]:
-        """Greedy's one-token step time: from this decode's own plain steps when there are enough."""
+        """Greedy's step time (one token, or W wide): from this decode's own plain steps when there are enough."""
         if len(plain_steps) >= 3:
             return statistics.median(plain_steps), f"median of {len(plain_steps)} plain steps in this decode"
-        return self.cost.cost(1), "one-token step calibrated at start-up"
+        return self.cost.cost(1), "greedy step calibrated at start-up"
 
     def _article_use(self, turn: _Turn) -> ArticleUse | None:
         if turn.article_id is None:
