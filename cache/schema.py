@@ -30,6 +30,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from cache.dashboard import number_stat
+
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 STARTUP_LOCK_KEY = 0x11A_CAC4E  # any constant: the PostgreSQL advisory lock replicas take while opening
 
@@ -231,23 +233,18 @@ def backfill_timing_columns(engine: Engine, added: set[str]) -> None:
     with engine.begin() as connection:
         if "entries.speedup" in added:
             for row in connection.execute(select(Entry.id, Entry.stats)).all():
-                speedup = _number(row.stats, "speedup")
+                speedup = number_stat(row.stats, "speedup")
                 connection.execute(update(Entry).where(Entry.id == row.id).values(speedup=speedup))
         if "replies.speedup" in added:
             for row in connection.execute(select(Reply.id, Reply.stats)).all():
                 stats = row.stats if isinstance(row.stats, dict) else {}
                 connection.execute(
                     update(Reply).where(Reply.id == row.id).values(
-                        speedup=_number(stats, "speedup"), seconds=_number(stats, "seconds"),
-                        greedy_seconds=_number(stats, "greedy_seconds_estimate"),
+                        speedup=number_stat(stats, "speedup"), seconds=number_stat(stats, "seconds"),
+                        greedy_seconds=number_stat(stats, "greedy_seconds_estimate"),
                         prompt_ids=stats.get("prompt_ids"), token_ids=stats.get("token_ids"),
                     )
                 )
-
-
-def _number(stats: object, key: str) -> float | None:
-    value = stats.get(key) if isinstance(stats, dict) else None
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 def _configure_sqlite(dbapi_connection, _connection_record) -> None:

@@ -67,6 +67,7 @@ class AnswerCache:
         self._index_path = index_path
         self._index = VectorIndex(dim)
         self._seen_seq = 0  # the newest change number replayed into self._index
+        self._last_question: tuple[str, np.ndarray] | None = None  # memo of _embed_question
         self._lock = threading.RLock()  # guards index mutations and every write path
         self._articles: tuple[list[str], np.ndarray] = ([], np.zeros((0, dim), dtype=np.float32))
 
@@ -133,7 +134,7 @@ class AnswerCache:
         if k < 1:
             raise ValueError(f"k must be >= 1, got {k}")
         _check_threshold(threshold)
-        query = self._embed([question])[0]  # (dim,)
+        query = self._embed_question(question)  # (dim,)
         self._catch_up()
         excluded = set(exclude_ids)
         want = k + len(excluded)
@@ -163,7 +164,7 @@ class AnswerCache:
 
     def add_answer(self, new: NewAnswer) -> int:
         """Store an answer (updating the one with the same exact key) and return its id."""
-        vector = self._embed([new.question])  # (1, dim)
+        vector = self._embed_question(new.question)[np.newaxis]  # (1, dim)
         with self._lock:
             with self._sessions.begin() as session:
                 seq = changes.begin(session)
@@ -278,7 +279,7 @@ class AnswerCache:
         article_ids, vectors = self._articles  # one snapshot: (n,) ids and (n, dim) vectors
         if not article_ids:
             return None
-        scores = vectors @ self._embed([question])[0]  # (n,)
+        scores = vectors @ self._embed_question(question)  # (n,)
         best = int(np.argmax(scores))
         score = float(np.clip(scores[best], -1.0, 1.0))
         if score < threshold:
@@ -466,6 +467,16 @@ class AnswerCache:
             ]
 
     # --- internals ---
+
+    def _embed_question(self, question: str) -> np.ndarray:
+        """(dim,) vector of a question; the last one is kept, since a chat turn asks about the same question
+        three times (article, grounding, references) and stores it once: embedding is the costly part."""
+        last = self._last_question  # one read: another thread may replace it meanwhile
+        if last is not None and last[0] == question:
+            return last[1]
+        vector = self._embed([question])[0]
+        self._last_question = (question, vector)
+        return vector
 
     def _embed(self, texts: list[str]) -> np.ndarray:
         """(n, dim) unit float32 vectors, checked, so index scores stay cosine similarities."""
