@@ -9,12 +9,12 @@ from pathlib import Path
 import torch
 
 from decoding import (
-    ONE_TOKEN_STEPS,
     AdaptiveCopyPolicy,
     CostCurve,
     CpuFeatures,
     FixedCopyPolicy,
     LlmaOptions,
+    PackedLlama,
     StepConfig,
     cpu_features,
     default_step_width,
@@ -22,6 +22,7 @@ from decoding import (
     llma_generate,
     load_model,
     measure_cost_curve,
+    pack_model,
     pick_dtype,
     sized_steps,
 )
@@ -41,6 +42,7 @@ class Decoded:
     tokens: list[int]
     copied_tokens: int | None  # None where the method does not report it
     copied_from_first_reference: int | None = None  # LLMA only: tokens copied from references[0]
+    forward_passes: int | None = None  # the engine's own count; None: count transformers' forward calls
 
 
 class ForwardCounter:
@@ -70,7 +72,7 @@ class Decoder:
         self.llma_policy = llma_policy
         self.step_width = step_width
         self.step_costs: list[dict] = []
-        self.forwards = ForwardCounter(self.model, self.hf_model)
+        self.forwards = ForwardCounter(self.hf_model)  # the engine counts its own forwards
 
     @classmethod
     def load(cls, max_new_tokens: int) -> "Decoder":
@@ -78,9 +80,10 @@ class Decoder:
         bf16 kernels), transformers' generate on an fp32 copy (its fastest dtype on a CPU), and the adaptive
         policy on the engine's cost curve (measured now, before any timing)."""
         dtype = pick_dtype("auto", "cpu")
-        model, tokenizer = load_model(dtype=dtype)
-        hf_model = model if dtype == torch.float32 else load_model(dtype=torch.float32)[0]
-        width = default_step_width(dtype == torch.bfloat16)
+        source, tokenizer = load_model(dtype=dtype)
+        model = pack_model(source)
+        hf_model = source if dtype == torch.float32 else load_model(dtype=torch.float32)[0]
+        width = default_step_width(model)
         torch.manual_seed(0)
         steps = sized_steps(width, 256, max_new_tokens)
         curve = measure_cost_curve(model, steps=steps)
@@ -122,13 +125,13 @@ class Decoder:
     def greedy(self, prompt_ids: list[int]) -> Decoded:
         steps = self.steps(prompt_ids)
         result = greedy_generate(self.model, prompt_ids, self.max_new_tokens, self.eos_token_id, steps=steps)
-        return Decoded(result.tokens, copied_tokens=0)
+        return Decoded(result.tokens, copied_tokens=0, forward_passes=result.forward_passes)
 
     def llma(self, prompt_ids: list[int], references: list[list[int]], policy) -> Decoded:
         options = LlmaOptions(self.max_new_tokens, self.eos_token_id)
         result = llma_generate(self.model, prompt_ids, references, policy, options, steps=self.steps(prompt_ids))
         from_first = sum(run.length for run in result.copied_runs if run.source == 0)
-        return Decoded(result.tokens, result.copied_tokens, from_first)
+        return Decoded(result.tokens, result.copied_tokens, from_first, result.forward_passes)
 
     def fixed(self, prompt_ids: list[int], references: list[list[int]], match_len: int, copy_len: int) -> Decoded:
         """LLMA with the paper's fixed policy at other n (match_len) and k (copy_len): one cell of the grid."""
@@ -164,19 +167,33 @@ class Decoder:
 
 
 def compare_step_costs(model, fp32_model, steps: StepConfig) -> list[dict]:
-    """The engine's step next to one-token steps of the same model and of fp32, over a 256-token cache."""
+    """The engine's step next to forwards of other widths and kernels, over a 256-token cache.
+
+    Rows: the engine's W-wide step; the same forward at 1..16 rows (how flat it is); transformers' forward of
+    the same weights; transformers' forward in fp32 (what `hf_greedy` runs).
+    """
     sizes = (1, 2, 4, 8, 16)
     dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
-    configs = [(f"{dtype}, one-token / variable-width steps", model, ONE_TOKEN_STEPS, sizes)]
-    if steps.width:
-        configs.insert(0, (f"{dtype}, {steps.width}-wide steps (this engine)", model, steps, (steps.width,)))
-    if fp32_model is not model:
-        configs.append(("float32, one-token / variable-width steps", fp32_model, ONE_TOKEN_STEPS, sizes))
+    packed = isinstance(model, PackedLlama)
     costs = []
-    for label, which, config, config_sizes in configs:
-        curve = measure_cost_curve(which, sizes=config_sizes, steps=config)
-        costs.append({"label": label, "sizes": list(curve.sizes), "ms": [round(s * 1000, 1) for s in curve.seconds]})
+    if steps.width:
+        label = f"{dtype}, {'packed' if packed else 'transformers'}, {steps.width}-wide steps (this engine)"
+        curve = measure_cost_curve(model, steps=steps)
+        costs.append(_cost_row(label, curve.sizes, curve.seconds))
+    if packed:
+        seconds = [measure_cost_curve(model, steps=StepConfig(n, steps.cache_len)).seconds[0] for n in sizes]
+        costs.append(_cost_row(f"{dtype}, packed, one forward of n rows", sizes, seconds))
+    source = model.source if packed else model
+    curve = measure_cost_curve(source, sizes=sizes)
+    costs.append(_cost_row(f"{dtype}, transformers, one-token / variable-width", curve.sizes, curve.seconds))
+    if fp32_model is not source:
+        curve = measure_cost_curve(fp32_model, sizes=sizes)
+        costs.append(_cost_row("float32, transformers, one-token / variable-width", curve.sizes, curve.seconds))
     return costs
+
+
+def _cost_row(label: str, sizes, seconds) -> dict:
+    return {"label": label, "sizes": list(sizes), "ms": [round(s * 1000, 1) for s in seconds]}
 
 
 def processor() -> CpuFeatures:

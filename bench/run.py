@@ -65,7 +65,7 @@ def measure(decoder: Decoder, method: str, decode: Callable[[], Decoded], greedy
     start, cpu_start = time.perf_counter(), time.process_time()
     out = decode()
     seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
-    passes = decoder.forwards.count - passes_before
+    passes = out.forward_passes if out.forward_passes is not None else decoder.forwards.count - passes_before
     # HF methods do not report copies: every pass yields one token of the model's own plus the accepted ones.
     copied = out.copied_tokens if out.copied_tokens is not None else max(0, len(out.tokens) - passes)
     identical = greedy_tokens is None or out.tokens == greedy_tokens

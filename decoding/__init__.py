@@ -1,10 +1,12 @@
 """LLMA decoding (Inference with Reference, Yang et al. 2023): lossless, reference-assisted greedy decoding."""
 
 from .cost_model import CostCurve, load_or_measure, measure_cost_curve
+from .forward import default_step_width
 from .greedy import greedy_generate, greedy_stream
 from .hardware import CpuFeatures, cpu_features, pick_device, pick_dtype
 from .llma import LlmaOptions, ModelVerifier, Verifier, llma_generate, llma_steps, llma_stream
 from .model_loading import ModelLoadError, load_model, prepare_bundled_model
+from .packed import PackedLlama, pack_model, packing_refusal
 from .policy import AdaptiveCopyPolicy, CopyPolicy, Drafter, FixedCopyPolicy, best_copy_len
 from .reference_index import OUTPUT_SOURCE, PROMPT_SOURCE, Match, ReferenceIndex
 from .result import Chunk, CopiedRun, DecodeResult
@@ -12,7 +14,6 @@ from .steps import (
     ONE_TOKEN_STEPS,
     UNKNOWN,
     StepConfig,
-    default_step_width,
     sized_steps,
     verify_in_blocks,
 )
@@ -42,6 +43,9 @@ __all__ = [
     "Match",
     "ModelLoadError",
     "ModelVerifier",
+    "PackedLlama",
+    "pack_model",
+    "packing_refusal",
     "ReferenceIndex",
     "Verifier",
     "best_copy_len",

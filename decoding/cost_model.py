@@ -15,7 +15,8 @@ from pathlib import Path
 
 import torch
 
-from .forward import ModelVerifier, truncate_kv_cache
+from .forward import ModelVerifier
+from .packed import PackedLlama
 from .steps import ONE_TOKEN_STEPS, StepConfig
 
 DEFAULT_SIZES = (1, 2, 4, 8, 16, 32, 64)
@@ -87,7 +88,7 @@ def measure_cost_curve(
             verifier.verify(inputs[size])  # one forward: a W-wide block, or all of a variable-width one
             if round_:
                 timings[size].append(time.perf_counter() - start)
-            truncate_kv_cache(verifier.cache, context_len)
+            verifier.rewind(context_len)
     # Other work on the machine only ever adds time, so the fastest run is the truest cost.
     fastest = [min(timings[size]) for size in sizes]
     # A larger forward never costs less; a running maximum irons out what noise is left.
@@ -99,7 +100,8 @@ def machine_key(model: torch.nn.Module, steps: StepConfig = ONE_TOKEN_STEPS) -> 
     """Model shape, dtype, step width, device, threads, OpenMP wait policy and processor: what the curve depends on."""
     cfg = model.config
     dtype = str(next(model.parameters()).dtype)
-    shape = f"{cfg.model_type}-{cfg.num_hidden_layers}x{cfg.hidden_size}-v{cfg.vocab_size}"
+    forward = "packed" if isinstance(model, PackedLlama) else "transformers"
+    shape = f"{cfg.model_type}-{cfg.num_hidden_layers}x{cfg.hidden_size}-v{cfg.vocab_size}-{forward}"
     width = f"width={steps.width},cache_len={steps.cache_len}" if steps.width else "width=variable"
     threads = f"threads={torch.get_num_threads()},omp_wait={os.environ.get('OMP_WAIT_POLICY', 'default')}"
     return f"{shape}|{dtype}|{width}|{model.device}|{threads}|{platform.machine()}|{platform.processor()}"

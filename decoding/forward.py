@@ -6,7 +6,8 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import Cache, StaticLayer
 
-from .steps import ONE_TOKEN_STEPS, StepConfig, verify_in_blocks
+from .packed import PackedLlama, PackedRunner
+from .steps import BF16_STEP_WIDTH, ONE_TOKEN_STEPS, StepConfig, verify_in_blocks
 
 
 def new_kv_cache(model: torch.nn.Module, steps: StepConfig = ONE_TOKEN_STEPS) -> Cache:
@@ -38,10 +39,37 @@ def token_tensor(model: torch.nn.Module, ids: Sequence[int]) -> torch.Tensor:
     return torch.tensor([list(ids)], device=model.device)  # (1, T)
 
 
-def prefill(model: torch.nn.Module, prompt_ids: Sequence[int], cache: Cache) -> int:
-    """Process the prompt; returns the model's first reply token."""
-    logits = forward_tokens(model, token_tensor(model, prompt_ids), cache, logits_to_keep=1)
-    return int(logits[-1].argmax())
+def default_step_width(model) -> int | None:
+    """W-wide steps where they are flat in cost and needed for bit-identity: the packed forward (fp32 or bf16;
+    8 rows cost what one does once weights are prepacked) and bf16 anywhere. transformers' fp32 forward keeps
+    one-token steps: there an 8-wide step costs about twice a one-token one."""
+    if isinstance(model, PackedLlama) or model.dtype == torch.bfloat16:
+        return BF16_STEP_WIDTH
+    return None
+
+
+class HfRunner:
+    """Decode forwards of a transformers model for one prompt over its own KV cache (any architecture)."""
+
+    def __init__(self, model: torch.nn.Module, steps: StepConfig) -> None:
+        self.model, self.steps = model, steps
+        self.cache = new_kv_cache(model, steps)
+
+    def prefill(self, prompt_ids: Sequence[int]) -> torch.Tensor:
+        return forward_tokens(self.model, token_tensor(self.model, prompt_ids), self.cache, logits_to_keep=1)[-1]
+
+    def step(self, block: list[int]) -> torch.Tensor:
+        return step_logits(self.model, block, self.cache, self.steps)
+
+    def truncate(self, length: int) -> None:
+        truncate_kv_cache(self.cache, length)
+
+
+def open_runner(model, steps: StepConfig) -> "HfRunner | PackedRunner":
+    """The packed forward for a packed model under a step width, else transformers' own."""
+    if isinstance(model, PackedLlama):
+        return PackedRunner(model, steps) if steps.width is not None else HfRunner(model.source, steps)
+    return HfRunner(model, steps)
 
 
 class ModelVerifier:
@@ -50,15 +78,15 @@ class ModelVerifier:
     A plain greedy step is a verification with no draft, so greedy and LLMA run the same forwards.
     """
 
-    def __init__(self, model: torch.nn.Module, prompt_ids: Sequence[int], steps: StepConfig = ONE_TOKEN_STEPS) -> None:
-        self.model, self.prompt_ids, self.steps = model, prompt_ids, steps
-        self.cache = new_kv_cache(model, steps)
+    def __init__(self, model, prompt_ids: Sequence[int], steps: StepConfig = ONE_TOKEN_STEPS) -> None:
+        self.prompt_ids, self.steps = prompt_ids, steps
+        self.runner = open_runner(model, steps)
         self.fed = len(prompt_ids)  # positions held in the KV cache, padding and rejected drafts excluded
         self.forward_passes = 0
 
     def first_token(self) -> int:
         self.forward_passes += 1
-        return prefill(self.model, self.prompt_ids, self.cache)
+        return int(self.runner.prefill(self.prompt_ids).argmax())
 
     def verify(self, inputs: list[int]) -> list[int]:
         """The model's greedy token after each of `inputs` (k + 1 of them)."""
@@ -67,11 +95,16 @@ class ModelVerifier:
     def keep(self, n_inputs: int) -> None:
         """Roll back: the cache keeps the pending token and the accepted drafts, no rejected or padding entry."""
         self.fed += n_inputs
-        truncate_kv_cache(self.cache, self.fed)
+        self.runner.truncate(self.fed)
+
+    def rewind(self, length: int) -> None:
+        """Forget every position from `length` on (the cost model re-times steps over one context)."""
+        self.fed = length
+        self.runner.truncate(length)
 
     def _forward_block(self, block: list[int]) -> list[int]:
         self.forward_passes += 1
-        return step_logits(self.model, block, self.cache, self.steps).argmax(dim=-1).tolist()
+        return self.runner.step(block).argmax(dim=-1).tolist()
 
 
 def step_logits(model: torch.nn.Module, block: list[int], cache: Cache, steps: StepConfig) -> torch.Tensor:

@@ -65,12 +65,6 @@ def sized_steps(width: int | None, prompt_len: int, max_new_tokens: int) -> Step
     return StepConfig(width, -(-needed // CACHE_GRANULE) * CACHE_GRANULE)
 
 
-def default_step_width(dtype_is_bf16: bool) -> int | None:
-    """W-wide steps where they pay (bfloat16: flat cost, and needed for bit-identity); one-token steps in fp32,
-    where a W-wide step costs more than a one-token one."""
-    return BF16_STEP_WIDTH if dtype_is_bf16 else None
-
-
 def verify_in_blocks(
     inputs: list[int], width: int | None, forward_block: Callable[[list[int]], list[int]]
 ) -> list[int]:

@@ -11,7 +11,7 @@ from transformers import (
     Qwen3Config,
 )
 
-from decoding.forward import new_kv_cache, prefill, step_logits, truncate_kv_cache
+from decoding.forward import open_runner
 from decoding.steps import StepConfig
 
 CONFIGS = {
@@ -42,12 +42,12 @@ def make_tiny_model(arch: str, dtype: torch.dtype, seed: int = 0, **overrides) -
 @torch.inference_mode()
 def greedy_step_logits(model, ids: list[int], prompt_len: int, steps: StepConfig) -> list[torch.Tensor]:
     """Logits (V,) after each of ids[prompt_len:], each as row 0 of a padded one-token step."""
-    cache = new_kv_cache(model, steps)
-    prefill(model, ids[:prompt_len], cache)
+    runner = open_runner(model, steps)
+    runner.prefill(ids[:prompt_len])
     rows = []
     for p in range(prompt_len, len(ids)):
-        rows.append(step_logits(model, [ids[p]], cache, steps)[0])
-        truncate_kv_cache(cache, p + 1)
+        rows.append(runner.step([ids[p]])[0])
+        runner.truncate(p + 1)
     return rows
 
 
@@ -57,15 +57,15 @@ def block_logits(model, ids: list[int], prompt_len: int, steps: StepConfig, shif
 
     Shifts 0..W-1 put every position at every row j of a block.
     """
-    cache = new_kv_cache(model, steps)
-    prefill(model, ids[:prompt_len], cache)
+    runner = open_runner(model, steps)
+    runner.prefill(ids[:prompt_len])
     rows: list[torch.Tensor] = []
     start = prompt_len
     while start < len(ids):
         block = ids[start : start + (1 if start < prompt_len + shift else steps.width)]
-        rows.extend(step_logits(model, block, cache, steps))
+        rows.extend(runner.step(block))
         start += len(block)
-        truncate_kv_cache(cache, start)
+        runner.truncate(start)
     return rows
 
 

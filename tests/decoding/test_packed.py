@@ -1,0 +1,117 @@
+"""The packed forward: the same model as transformers' forward, and bit-identical to itself in every row of a block."""
+
+import pytest
+import torch
+
+from decoding import (
+    FixedCopyPolicy,
+    LlmaOptions,
+    PackedLlama,
+    StepConfig,
+    default_step_width,
+    greedy_generate,
+    llma_generate,
+    pack_model,
+    packing_refusal,
+)
+from decoding.forward import open_runner
+
+from .invariance import differing_positions, make_tiny_model
+from .test_invariance import DTYPES, POLICIES, hostile_references, random_ids
+
+PACKED_ARCHS = ["llama", "mistral", "qwen2"]
+STEPS = StepConfig(width=8, cache_len=512)
+
+
+def tiny_packed(arch: str, dtype: torch.dtype, seed: int = 0, **overrides) -> PackedLlama:
+    return PackedLlama(make_tiny_model(arch, dtype, seed, **overrides))
+
+
+@torch.inference_mode()
+@pytest.mark.parametrize(
+    ("arch", "overrides"), [("llama", {}), ("mistral", {}), ("mistral", {"sliding_window": 8}), ("qwen2", {})]
+)
+def test_packed_logits_equal_transformers_in_fp32(arch, overrides):
+    """Prefill and W-wide steps over a growing context agree with one transformers forward of the whole text."""
+    model = make_tiny_model(arch, torch.float32, seed=3, **overrides)
+    ids = random_ids(seed=9, n=120)
+    whole = model(input_ids=torch.tensor([ids])).logits[0]  # (120, V)
+    runner = open_runner(PackedLlama(model), STEPS)
+    rows = [runner.prefill(ids[:30])]
+    for start in range(30, len(ids) - 1, 8):
+        block = ids[start : start + 8]
+        rows.extend(runner.step(block))
+        runner.truncate(start + len(block))
+    packed = torch.stack(rows)[: len(ids) - 29]
+    torch.testing.assert_close(packed, whole[29:], atol=2e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("arch", PACKED_ARCHS)
+def test_packed_logits_are_bit_identical_in_every_row_of_a_block(arch, dtype):
+    model = tiny_packed(arch, DTYPES[dtype])
+    ids = random_ids(seed=len(arch), n=340)
+    for width, prompt_len in [(4, 1), (8, 23)]:
+        assert differing_positions(model, ids, prompt_len, StepConfig(width, cache_len=512)) == [], (width, prompt_len)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("arch", PACKED_ARCHS)
+def test_packed_llma_equals_packed_greedy_with_hostile_references(arch, dtype):
+    model = tiny_packed(arch, DTYPES[dtype], seed=1)
+    prompt = random_ids(seed=7, n=12)
+    greedy = greedy_generate(model, prompt, 60, steps=STEPS)
+    assert greedy.forward_passes == 60
+    for references in hostile_references(greedy.tokens, prompt, seed=3):
+        for policy in POLICIES:
+            out = llma_generate(model, prompt, references, policy, LlmaOptions(60), steps=STEPS)
+            assert out.tokens == greedy.tokens, (references, policy)
+
+
+def test_sliding_window_rolls_back_on_the_packed_forward():
+    model = tiny_packed("mistral", torch.float32, seed=2, sliding_window=8)
+    prompt = random_ids(seed=11, n=20)
+    greedy = greedy_generate(model, prompt, 40, steps=STEPS).tokens
+    for references in hostile_references(greedy, prompt, seed=4):
+        out = llma_generate(model, prompt, references, FixedCopyPolicy(1, 15), LlmaOptions(40), steps=STEPS)
+        assert out.tokens == greedy
+
+
+def test_bundled_model_is_packed_and_its_packed_llma_equals_its_packed_greedy(bundled):
+    """The configuration `make run` uses: the bundled model packed, 8-wide steps, in its dtype (fp32 here)."""
+    model, tokenizer = bundled
+    packed = pack_model(model)
+    assert isinstance(packed, PackedLlama) and default_step_width(packed) == 8
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "How do I reset my password?"}], add_generation_prompt=True, tokenize=True,
+        return_dict=True,
+    )["input_ids"]
+    steps = StepConfig(8, cache_len=256)
+    greedy = greedy_generate(packed, prompt, 48, tokenizer.eos_token_id, steps=steps).tokens
+    plain = greedy_generate(model, prompt, 48, tokenizer.eos_token_id).tokens
+    assert greedy[:12] == plain[:12]  # the same model: the reply starts alike (near-ties may split it later)
+    changed = [t if i % 5 else t + 1 for i, t in enumerate(greedy)]
+    for references in ([greedy], [changed], [prompt], []):
+        out = llma_generate(packed, prompt, references, FixedCopyPolicy(1, 15), LlmaOptions(48, tokenizer.eos_token_id),
+                            steps=steps)
+        assert out.tokens == greedy
+
+
+def test_unsupported_models_keep_transformers_forward():
+    gemma = make_tiny_model("gemma", torch.float32)
+    assert "gemma" in packing_refusal(gemma)
+    assert pack_model(gemma) is gemma
+    assert default_step_width(gemma) is None
+    with pytest.raises(ValueError, match="cannot pack"):
+        PackedLlama(gemma)
+    half = make_tiny_model("llama", torch.float16)
+    assert "float16" in packing_refusal(half)
+
+
+def test_a_block_past_the_packed_cache_is_refused():
+    model = tiny_packed("llama", torch.float32)
+    runner = open_runner(model, StepConfig(8, cache_len=32))
+    runner.prefill(list(range(20)))
+    runner.step([1])
+    with pytest.raises(ValueError, match="do not fit"):
+        runner.step([1])
