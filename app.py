@@ -1,7 +1,7 @@
 """Start the helpdesk: read settings once, build the chat service, mount the web pages, serve them."""
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal, NoReturn
 
@@ -13,7 +13,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from cache import StaffStore
 from chatbot import Accounts, AdminService, Admission, Bootstrap, ChatLimits, ChatService, ChatSettings, InputError
 from data import example_questions
-from decoding import ModelLoadError, cpu_features, default_step_width, pick_device, pick_dtype
+from decoding import ModelLoadError, cpu_features, pick_device, pick_dtype
 from webui import LoginLimits, build_app
 
 
@@ -23,11 +23,13 @@ class Engine:
 
     device: torch.device
     dtype: torch.dtype
-    step_width: int | None
+    forward: str = "transformers"  # "packed" (decoding/packed.py) where the architecture allows
+    step_width: int | None = None
 
     def describe(self) -> str:
         steps = f"{self.step_width}-wide decode steps" if self.step_width else "one-token decode steps"
-        return f"{str(self.dtype).removeprefix('torch.')} on {self.device}, {steps} ({cpu_features().model_name})"
+        where = f"{str(self.dtype).removeprefix('torch.')} on {self.device}"
+        return f"{where}, {self.forward} forward, {steps} ({cpu_features().model_name})"
 
 
 class Settings(BaseSettings):
@@ -43,7 +45,7 @@ class Settings(BaseSettings):
     threads: int = 2
     device: Literal["auto", "cpu", "cuda"] = "auto"
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"  # auto: bfloat16 where the CPU or GPU has bf16 kernels
-    step_width: int | None = None  # None: 8 in bfloat16, one-token steps in float32; 0: one-token steps
+    step_width: int | None = None  # None: 8 on the packed forward or in bfloat16, else one-token; 0: one-token
     max_new_tokens: int = ChatSettings.max_new_tokens
     references_k: int = ChatSettings.references_k
     similarity_threshold: float = ChatSettings.similarity_threshold
@@ -64,14 +66,14 @@ class Settings(BaseSettings):
     chat_per_address: int = ChatLimits.per_address
 
     def engine(self) -> Engine:
+        """Device and dtype; the forward and step width are known once the model is loaded."""
+        if self.step_width is not None and self.step_width < 0:
+            raise ValueError("CHATBOT_STEP_WIDTH must be 0 (one-token steps) or positive")
         device = pick_device(self.device)
-        dtype = pick_dtype(self.dtype, device)
-        width = default_step_width(dtype == torch.bfloat16) if self.step_width is None else self.step_width or None
-        return Engine(device, dtype, width)
+        return Engine(device, pick_dtype(self.dtype, device))
 
-    def chat_settings(self, step_width: int | None) -> ChatSettings:
+    def chat_settings(self) -> ChatSettings:
         return ChatSettings(
-            step_width=step_width,
             max_new_tokens=self.max_new_tokens, references_k=self.references_k,
             similarity_threshold=self.similarity_threshold, use_knowledge_base=self.use_knowledge_base,
             grounding=self.grounding, grounding_threshold=self.grounding_threshold,
@@ -92,14 +94,15 @@ def main() -> None:
     try:
         settings = Settings()
         engine = settings.engine()
-        chat_settings, chat_limits = settings.chat_settings(engine.step_width), settings.chat_limits()
+        chat_settings, chat_limits = settings.chat_settings(), settings.chat_limits()
     except (ValidationError, ValueError) as err:
         _fail(f"bad setting: {err}")
     try:
         service = ChatService.create(
             settings.data_dir, settings.model, settings.db_url, settings.threads, chat_settings,
-            dtype=engine.dtype, device=engine.device,
+            dtype=engine.dtype, device=engine.device, step_width=settings.step_width,
         )
+        engine = replace(engine, forward=service.forward_name, step_width=service.settings.step_width)
     except ModelLoadError as err:
         _fail(f"cannot load the model: {err}")
     accounts = Accounts(StaffStore.open(settings.data_dir, settings.db_url))

@@ -22,11 +22,14 @@ from decoding import (
     DecodeResult,
     FixedCopyPolicy,
     LlmaOptions,
+    PackedLlama,
     StepConfig,
     greedy_generate,
     llma_stream,
     load_model,
     load_or_measure,
+    pack_model,
+    resolve_step_width,
     sized_steps,
 )
 
@@ -70,8 +73,9 @@ class ChatSettings:
     grounding_threshold: float = 0.6
     grounding_answers: int = 1
     grounding_token_budget: int = 384  # answer tokens the grounding may add to the prompt
-    # Every decode forward W tokens wide (decoding/steps.py): in bfloat16 the price of LLMA equalling this
-    # engine's greedy bit for bit, and nearly free on a flat cost curve. None: one-token steps (fp32).
+    # Every decode forward W tokens wide (decoding/steps.py): the price of LLMA equalling this engine's greedy
+    # bit for bit in bfloat16, and nearly free on the packed forward's flat cost curve. None: one-token steps
+    # (transformers' forward in fp32, where a W-wide step costs about twice a one-token one).
     step_width: int | None = None
 
     def __post_init__(self) -> None:
@@ -201,9 +205,13 @@ class ChatService:
         seed: Seed | None = None,
         dtype: torch.dtype = torch.float32,
         device: str | torch.device = "cpu",
+        step_width: int | None = None,
     ) -> "ChatService":
-        """Load the model (the bundled one by default), then open the service on it."""
+        """Load the model (the bundled one by default), pack it where the architecture allows, then open the
+        service on it. `step_width` None picks the default for the forward that runs (0: one-token steps)."""
         model, tokenizer = load_model(model_path, threads=threads, dtype=dtype, device=device)
+        model = pack_model(model)
+        settings = replace(settings or ChatSettings(), step_width=resolve_step_width(step_width, model))
         model_id = str(model_path or "SmolLM2-135M-Instruct")
         return cls.open(model, tokenizer, model_id, data_dir, db_url, settings, seed)
 
@@ -234,6 +242,11 @@ class ChatService:
         typical_steps = sized_steps(settings.step_width, 256, settings.max_new_tokens)
         cost = cost or load_or_measure(model, data_dir / "cost_curves.json", steps=typical_steps)
         return cls(model, tokenizer, cache, settings, cost, model_id)
+
+    @property
+    def forward_name(self) -> str:
+        """Which forward decodes: "packed" (decoding/packed.py) or "transformers"."""
+        return "packed" if isinstance(self.model, PackedLlama) else "transformers"
 
     # --- one turn --------------------------------------------------------------------------------
 

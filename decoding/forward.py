@@ -48,6 +48,15 @@ def default_step_width(model) -> int | None:
     return None
 
 
+def resolve_step_width(setting: int | None, model) -> int | None:
+    """A step-width setting made concrete: None picks the default for `model`, 0 means one-token steps."""
+    if setting is None:
+        return default_step_width(model)
+    if setting < 0:
+        raise ValueError(f"step width must be 0 (one-token steps) or positive, not {setting}")
+    return setting or None
+
+
 class HfRunner:
     """Decode forwards of a transformers model for one prompt over its own KV cache (any architecture)."""
 

@@ -1,4 +1,5 @@
-"""The configuration `make run` uses on a bf16-capable CPU: the bundled model in bfloat16, 8-wide steps."""
+"""The configuration `make run` uses on a bf16-capable CPU: the bundled model in bfloat16, packed, 8-wide steps;
+and transformers' forward in bfloat16, which runs for architectures the packed forward does not cover."""
 
 import pytest
 import torch
@@ -12,6 +13,7 @@ from decoding import (
     greedy_generate,
     llma_generate,
     load_model,
+    pack_model,
 )
 
 from .invariance import differing_positions
@@ -23,9 +25,10 @@ STEPS = StepConfig(width=8)
 FLAT = CostCurve(sizes=(8,), seconds=(0.04,), step_width=8)
 
 
-@pytest.fixture(scope="module")
-def bundled_bf16():
-    return load_model(dtype=torch.bfloat16)
+@pytest.fixture(scope="module", params=["packed", "transformers"])
+def bundled_bf16(request):
+    model, tokenizer = load_model(dtype=torch.bfloat16)
+    return (pack_model(model) if request.param == "packed" else model), tokenizer
 
 
 def test_logits_are_bit_identical_in_every_row_of_a_block(bundled_bf16):
