@@ -63,15 +63,22 @@ class HfRunner:
     def __init__(self, model: torch.nn.Module, steps: StepConfig) -> None:
         self.model, self.steps = model, steps
         self.cache = new_kv_cache(model, steps)
+        self.length = 0  # positions held: the prompt, then each block's real inputs
 
     def prefill(self, prompt_ids: Sequence[int]) -> torch.Tensor:
+        self.length = len(prompt_ids)
         return forward_tokens(self.model, token_tensor(self.model, prompt_ids), self.cache, logits_to_keep=1)[-1]
 
     def step(self, block: list[int]) -> torch.Tensor:
-        return step_logits(self.model, block, self.cache, self.steps)
+        """Logits (len(block), V); the padding's entries are dropped at once, so a next block follows on."""
+        logits = step_logits(self.model, block, self.cache, self.steps)
+        self.length += len(block)
+        truncate_kv_cache(self.cache, self.length)
+        return logits
 
     def truncate(self, length: int) -> None:
-        truncate_kv_cache(self.cache, length)
+        self.length = min(self.length, length)
+        truncate_kv_cache(self.cache, self.length)
 
 
 def open_runner(model, steps: StepConfig) -> "HfRunner | PackedRunner":
@@ -99,7 +106,7 @@ class ModelVerifier:
 
     def verify(self, inputs: list[int]) -> list[int]:
         """The model's greedy token after each of `inputs` (k + 1 of them)."""
-        return verify_in_blocks(inputs, self.steps.width, self._forward_block)
+        return verify_in_blocks(inputs, self.steps, self.fed, self._forward_block)
 
     def keep(self, n_inputs: int) -> None:
         """Roll back: the cache keeps the pending token and the accepted drafts, no rejected or padding entry."""

@@ -98,6 +98,7 @@ class PackedLlama:
         self.eps = cfg.rms_norm_eps
         self.intermediate = inner.layers[0].mlp.gate_proj.weight.shape[0]
         self.layers = [self._pack_layer(layer, i) for i, layer in enumerate(inner.layers)]
+        self._windows = {layer.window for layer in self.layers}
         self.embed = inner.embed_tokens.weight.detach()
         self.norm = inner.norm.weight.detach()
         self.head = self._pack(model.lm_head.weight)
@@ -114,22 +115,24 @@ class PackedLlama:
         return KvCache(zeros, zeros.clone())
 
     @torch.inference_mode()
-    def forward(self, ids: torch.Tensor, start: int, cache: KvCache, last_only: bool = False) -> torch.Tensor:
+    def forward(
+        self, ids: torch.Tensor, start: int, cache: KvCache, key_len: int, last_only: bool = False
+    ) -> torch.Tensor:
         """Logits (T, V) of tokens `ids` (T,) at positions start.., writing their keys and values into `cache`.
 
-        Attention always spans all `cache_len` keys, the later ones masked: a row's sums run over the same
-        length wherever it sits in a block (measured: SDPA's result for a row changes, in the last bits,
-        with the number of masked keys after it).
+        Every row attends over the first `key_len` keys, those past its own position masked. A row's sums
+        change, in the last bits, with the number of keys (measured: SDPA on this CPU), so the caller keeps
+        `key_len` a function of the row's position alone (StepConfig.key_len).
         """
         n_tokens = ids.shape[0]
-        if start + n_tokens > cache.cache_len:
+        if start + n_tokens > cache.cache_len or key_len > cache.cache_len:
             raise ValueError(f"positions {start}..{start + n_tokens} do not fit a cache of {cache.cache_len}")
         cos, sin = self._rotary_tables(start, n_tokens, cache.cache_len)
+        masks = {window: self._mask(start, n_tokens, key_len, window) for window in self._windows}
         x = F.embedding(ids, self.embed)  # (T, hidden)
         for i, layer in enumerate(self.layers):
-            mask = self._mask(start, n_tokens, cache.cache_len, layer.window)
-            x = x + self._attention(i, layer, F.rms_norm(x, x.shape[-1:], layer.input_norm, self.eps),
-                                    start, cos, sin, mask, cache)
+            h = F.rms_norm(x, x.shape[-1:], layer.input_norm, self.eps)
+            x = x + self._attention(i, layer, h, start, cos, sin, masks[layer.window], cache, key_len)
             x = x + self._mlp(layer, F.rms_norm(x, x.shape[-1:], layer.post_norm, self.eps))
         x = F.rms_norm(x[-1:] if last_only else x, x.shape[-1:], self.norm, self.eps)
         return self._linear(x, self.head)
@@ -137,7 +140,7 @@ class PackedLlama:
     # --- one layer --------------------------------------------------------------------------------
 
     def _attention(self, i: int, layer: PackedLayer, h: torch.Tensor, start: int, cos: torch.Tensor,
-                   sin: torch.Tensor, mask: torch.Tensor, cache: KvCache) -> torch.Tensor:
+                   sin: torch.Tensor, mask: torch.Tensor, cache: KvCache, key_len: int) -> torch.Tensor:
         n_tokens, heads, kv_heads, dim = h.shape[0], self.n_heads, self.n_kv_heads, self.head_dim
         qkv = self._linear(h, layer.qkv, layer.qkv_bias)
         # q and k take the same rotation, so they are rotated together: (T, heads + kv_heads, dim).
@@ -148,7 +151,7 @@ class PackedLlama:
         cache.keys[i, 0, :, start:end] = qk[:, heads:].transpose(0, 1)
         cache.values[i, 0, :, start:end] = v.transpose(0, 1)
         out = F.scaled_dot_product_attention(
-            q[None], cache.keys[i], cache.values[i], attn_mask=mask, scale=self.scaling,
+            q[None], cache.keys[i, :, :, :key_len], cache.values[i, :, :, :key_len], attn_mask=mask, scale=self.scaling,
             enable_gqa=heads != kv_heads,
         )  # (1, heads, T, dim)
         return self._linear(out[0].transpose(0, 1).reshape(n_tokens, heads * dim), layer.o, layer.o_bias)
@@ -162,9 +165,9 @@ class PackedLlama:
             return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [None], "")
         return F.linear(x, weight, bias)
 
-    def _mask(self, start: int, n_tokens: int, cache_len: int, window: int | None) -> torch.Tensor:
-        """(T, cache_len) booleans: row t sees keys at positions <= start + t (and within the window)."""
-        keys = torch.arange(cache_len, device=self.device)
+    def _mask(self, start: int, n_tokens: int, key_len: int, window: int | None) -> torch.Tensor:
+        """(T, key_len) booleans: row t sees keys at positions <= start + t (and within the window)."""
+        keys = torch.arange(key_len, device=self.device)
         positions = torch.arange(start, start + n_tokens, device=self.device)[:, None]
         visible = keys <= positions
         if window is not None:
@@ -237,18 +240,24 @@ class PackedRunner:
             raise ValueError("the packed forward runs fixed-width steps only")
         self.model, self.steps = model, steps
         self.cache = model.new_cache(steps.cache_len)
-        self.length = 0  # positions written, padding included, until truncate() drops them
+        self.length = 0  # positions held: the prompt, then each block's real inputs (padding is overwritten)
 
     def prefill(self, prompt_ids: Sequence[int]) -> torch.Tensor:
-        logits = self.model.forward(self._ids(prompt_ids), 0, self.cache, last_only=True)
+        # The prefill is shared by greedy and LLMA alike, so any key count does; its granule's end is cheapest.
+        key_len = self.steps.key_len(len(prompt_ids) - 1)
+        logits = self.model.forward(self._ids(prompt_ids), 0, self.cache, key_len, last_only=True)
         self.length = len(prompt_ids)
         return logits[-1]
 
     def step(self, block: list[int]) -> torch.Tensor:
-        """Logits (len(block), V) of one forward of `block` padded to the step width; every row through the head."""
+        """Logits (len(block), V) of one forward of `block` padded to the step width; every row through the head.
+
+        A next block follows on after the real inputs, writing over the padding's entries."""
+        if len(block) > self.steps.block_len(self.length):
+            raise ValueError(f"a block of {len(block)} at position {self.length} crosses a key granule")
         padded = self.steps.pad(block)
-        logits = self.model.forward(self._ids(padded), self.length, self.cache)
-        self.length += len(padded)
+        logits = self.model.forward(self._ids(padded), self.length, self.cache, self.steps.key_len(self.length))
+        self.length += len(block)
         return logits[: len(block)]
 
     def truncate(self, length: int) -> None:

@@ -12,7 +12,7 @@ from .cost_model import CostCurve
 from .llma import DEFAULT_OPTIONS, LlmaOptions, llma_steps
 from .policy import CopyPolicy
 from .result import DecodeResult
-from .steps import UNKNOWN, verify_in_blocks
+from .steps import ONE_TOKEN_STEPS, UNKNOWN, StepConfig, verify_in_blocks
 
 
 class ReplayVerifier:
@@ -21,9 +21,9 @@ class ReplayVerifier:
     Under a step width it checks drafts in W-wide blocks, stopping as the model verifier does.
     """
 
-    def __init__(self, greedy_tokens: Sequence[int], step_width: int | None = None) -> None:
+    def __init__(self, greedy_tokens: Sequence[int], steps: StepConfig = ONE_TOKEN_STEPS, prompt_len: int = 0) -> None:
         self.greedy = list(greedy_tokens)
-        self.step_width = step_width
+        self.steps, self.prompt_len = steps, prompt_len
         self.produced = 0  # reply tokens chosen so far, the pending one included
         self.forward_sizes: list[int] = []
         self.forward_passes = 0
@@ -39,12 +39,13 @@ class ReplayVerifier:
 
         def forward_block(block: list[int]) -> list[int]:
             nonlocal done
-            self.forward_sizes.append(self.step_width or len(block))
+            self.forward_sizes.append(self.steps.width or len(block))
             self.forward_passes += 1
             done += len(block)
             return answers[done - len(block) : done]
 
-        return verify_in_blocks(inputs, self.step_width, forward_block)
+        pending_position = self.prompt_len + self.produced - 1
+        return verify_in_blocks(inputs, self.steps, pending_position, forward_block)
 
     def keep(self, n_inputs: int) -> None:
         self.produced += n_inputs
@@ -84,12 +85,12 @@ def simulate_llma(
     policy: CopyPolicy,
     cost: CostCurve,
     options: LlmaOptions = DEFAULT_OPTIONS,
-    step_width: int | None = None,
+    steps: StepConfig = ONE_TOKEN_STEPS,
 ) -> Simulation:
     """What LLMA with `policy` would do on this prompt, given the model's greedy reply."""
     if not greedy_tokens:
         raise ValueError("the greedy reply must hold at least one token")
-    verifier = ReplayVerifier(greedy_tokens, step_width)
+    verifier = ReplayVerifier(greedy_tokens, steps, len(prompt_ids))
     result = DecodeResult()
     options = replace(options, max_new_tokens=len(greedy_tokens))
     for _ in llma_steps(verifier, prompt_ids, references, policy, options, result):

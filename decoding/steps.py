@@ -27,6 +27,11 @@ class StepConfig:
 
     width: int | None = None
     cache_len: int = 2048  # prompt + reply + W must fit; only used with a width
+    # The packed forward attends a block over keys up to the next multiple of key_granule past its first
+    # position, not over the whole cache, and blocks never cross such a multiple: every row then attends over
+    # the same number of keys in whichever block computes it (SDPA's sums change with the key count), while
+    # attention costs what the context holds, not what the cache could.
+    key_granule: int = 64
 
     def __post_init__(self) -> None:
         if self.width is not None and not 1 <= self.width <= self.cache_len:
@@ -39,6 +44,14 @@ class StepConfig:
                 f"prompt ({prompt_len}) + max_new_tokens ({max_new_tokens}) + step width ({self.width}) "
                 f"exceed the KV cache of {self.cache_len} positions"
             )
+
+    def block_len(self, position: int) -> int:
+        """How many inputs the forward starting at `position` takes: W, or fewer so as not to cross a granule."""
+        return min(self.width, self.key_granule - position % self.key_granule)
+
+    def key_len(self, position: int) -> int:
+        """How many keys a block starting at `position` attends over (its granule's end)."""
+        return min(self.cache_len, (position // self.key_granule + 1) * self.key_granule)
 
     def pad(self, block: list[int]) -> list[int]:
         """`block` padded to the step width by repeating its last token (padding's KV entries are dropped)."""
@@ -66,16 +79,18 @@ def sized_steps(width: int | None, prompt_len: int, max_new_tokens: int) -> Step
 
 
 def verify_in_blocks(
-    inputs: list[int], width: int | None, forward_block: Callable[[list[int]], list[int]]
+    inputs: list[int], steps: StepConfig, start: int, forward_block: Callable[[list[int]], list[int]]
 ) -> list[int]:
-    """The greedy choice after each of `inputs` (the pending token, then the draft), W inputs per forward.
+    """The greedy choice after each of `inputs` (the pending token at position `start`, then the draft),
+    at most W inputs per forward and never across a key granule.
 
     A block is fed only while every draft token so far equals the choice before it; past the first
     disagreement the choices are UNKNOWN (or whatever the last block made of the rejected tokens).
     """
-    if width is None:
+    if steps.width is None:
         return forward_block(inputs)
     choices: list[int] = []
     while len(choices) < len(inputs) and inputs[1 : len(choices) + 1] == choices:
-        choices += forward_block(inputs[len(choices) : len(choices) + width])
+        done = len(choices)
+        choices += forward_block(inputs[done : done + steps.block_len(start + done)])
     return choices + [UNKNOWN] * (len(inputs) - len(choices))

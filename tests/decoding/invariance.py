@@ -55,14 +55,14 @@ def greedy_step_logits(model, ids: list[int], prompt_len: int, steps: StepConfig
 def block_logits(model, ids: list[int], prompt_len: int, steps: StepConfig, shift: int) -> list[torch.Tensor]:
     """The same logits from W-wide verification blocks of real tokens, after `shift` one-token steps.
 
-    Shifts 0..W-1 put every position at every row j of a block.
+    Shifts 0..W-1 put every position at every row j of a block; blocks are cut at key granules, as the engine's.
     """
     runner = open_runner(model, steps)
     runner.prefill(ids[:prompt_len])
     rows: list[torch.Tensor] = []
     start = prompt_len
     while start < len(ids):
-        block = ids[start : start + (1 if start < prompt_len + shift else steps.width)]
+        block = ids[start : start + (1 if start < prompt_len + shift else steps.block_len(start))]
         rows.extend(runner.step(block))
         start += len(block)
         runner.truncate(start)

@@ -72,7 +72,7 @@ def test_a_long_draft_is_verified_in_several_blocks(tiny_model):
     assert out.tokens == greedy
     # 59 tokens after the first: 4 verifications of 15 drafts plus one token, 2 blocks each, plus the prefill.
     assert out.forward_passes == 1 + 4 * 2
-    replay = simulate_llma(prompt, [greedy], greedy, FixedCopyPolicy(1, 15), FLAT, step_width=8)
+    replay = simulate_llma(prompt, [greedy], greedy, FixedCopyPolicy(1, 15), FLAT, steps=STEPS)
     assert replay.result.forward_passes == out.forward_passes
     assert set(replay.forward_sizes) == {8}
 
@@ -83,7 +83,7 @@ def test_replay_counts_forwards_like_the_model_under_a_step_width(tiny_model):
     changed = [t if i % 11 else (t + 1) % 64 for i, t in enumerate(greedy)]
     for policy in POLICIES:
         real = llma_generate(tiny_model, prompt, [changed, prompt], policy, LlmaOptions(40), steps=STEPS)
-        replay = simulate_llma(prompt, [changed, prompt], greedy, policy, FLAT, step_width=8)
+        replay = simulate_llma(prompt, [changed, prompt], greedy, policy, FLAT, steps=STEPS)
         assert (replay.result.forward_passes, replay.result.copied_runs) == (real.forward_passes, real.copied_runs)
 
 

@@ -37,11 +37,11 @@ def test_packed_logits_equal_transformers_in_fp32(arch, overrides):
     ids = random_ids(seed=9, n=120)
     whole = model(input_ids=torch.tensor([ids])).logits[0]  # (120, V)
     runner = open_runner(PackedLlama(model), STEPS)
-    rows = [runner.prefill(ids[:30])]
-    for start in range(30, len(ids) - 1, 8):
-        block = ids[start : start + 8]
+    rows, start = [runner.prefill(ids[:30])], 30
+    while start < len(ids):  # positions cross the 64-key granule: blocks are cut there
+        block = ids[start : start + STEPS.block_len(start)]
         rows.extend(runner.step(block))
-        runner.truncate(start + len(block))
+        start += len(block)
     packed = torch.stack(rows)[: len(ids) - 29]
     torch.testing.assert_close(packed, whole[29:], atol=2e-4, rtol=1e-4)
 
@@ -108,10 +108,13 @@ def test_unsupported_models_keep_transformers_forward():
     assert "float16" in packing_refusal(half)
 
 
-def test_a_block_past_the_packed_cache_is_refused():
+def test_a_block_past_the_packed_cache_or_across_a_granule_is_refused():
     model = tiny_packed("llama", torch.float32)
-    runner = open_runner(model, StepConfig(8, cache_len=32))
-    runner.prefill(list(range(20)))
-    runner.step([1])
-    with pytest.raises(ValueError, match="do not fit"):
+    runner = open_runner(model, StepConfig(8, cache_len=32, key_granule=16))
+    runner.prefill(list(range(12)))
+    with pytest.raises(ValueError, match="crosses a key granule"):
+        runner.step([1] * 5)  # positions 12..16
+    for _ in range(13):  # the last of these fills positions 24..31
         runner.step([1])
+    with pytest.raises(ValueError, match="do not fit"):
+        runner.step([1])  # position 25: its padding would need position 32
