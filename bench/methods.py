@@ -151,6 +151,10 @@ class Decoder:
         return str(next(self.model.parameters()).dtype)
 
     @property
+    def forward(self) -> str:
+        return "packed" if isinstance(self.model, PackedLlama) else "transformers"
+
+    @property
     def hf_dtype(self) -> str:
         return str(next(self.hf_model.parameters()).dtype)
 

@@ -358,7 +358,9 @@ def step_cost_table(results: Results) -> str:
     return (
         "\n\nms of one decode forward of n new tokens over a 256-token cache, per engine configuration "
         "(fastest of 5, measured side by side at the start of the run). With W-wide steps every forward, a "
-        "plain greedy step included, is W tokens wide; only that width is timed.\n\n"
+        "plain greedy step included, is W tokens wide. The packed forward's row of n rows shows how flat its "
+        "cost is; the transformers rows are its forward of the same weights and, in fp32, what `hf_greedy` "
+        "runs.\n\n"
         + table(["configuration", *(f"{n} tokens" for n in sizes)], rows)
     )
 
@@ -369,7 +371,7 @@ def header_section(results: Results) -> str:
     lines = [
         "# LLMA benchmark",
         "",
-        f"- Model: {model.id}; this engine in {model.dtype} with "
+        f"- Model: {model.id}; this engine in {model.dtype} on the {model.forward} forward with "
         f"{f'{model.step_width}-wide decode steps' if model.step_width else 'one-token decode steps'}"
         f"{f', transformers generate (hf_*) in {model.hf_dtype}' if model.hf_dtype else ''}; at most "
         f"{s.max_new_tokens} new tokens per reply.",

@@ -155,6 +155,7 @@ class ModelInfo:
     parameters: int
     step_width: int | None = None  # every decode forward this wide; None: one-token steps
     hf_dtype: str = ""  # of transformers' generate (hf_greedy, hf_prompt_lookup)
+    forward: str = "transformers"  # the engine's forward: "packed" (decoding/packed.py) or transformers'
 
 
 @dataclass

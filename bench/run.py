@@ -194,7 +194,10 @@ def run_bench(config: BenchConfig) -> Results:
     if grid_items:
         clock.lap("grid")
     return Results(
-        model=ModelInfo(decoder.model_id, decoder.dtype, decoder.parameters, decoder.step_width, decoder.hf_dtype),
+        model=ModelInfo(
+            decoder.model_id, decoder.dtype, decoder.parameters, decoder.step_width, decoder.hf_dtype,
+            decoder.forward,
+        ),
         machine=replace(machine, load_average_at_end=list(os.getloadavg())),
         settings=settings_of(config, decoder, len(grid_items), workloads.cache_entries),
         workloads=list(config.workloads),

@@ -42,18 +42,18 @@ class PackedLayer:
 
 @dataclass
 class KvCache:
-    """Keys and values of every layer, preallocated for `cache_len` positions (layers, 1, kv_heads, len, dim).
+    """Keys and values of each layer, preallocated for `cache_len` positions: (kv_heads, cache_len, dim) each.
 
     Entries past what was accepted (a rejected draft, padding) stay until overwritten; the causal mask never
     lets a position see them, so rolling back is only moving where the next block is written.
     """
 
-    keys: torch.Tensor
-    values: torch.Tensor
+    keys: list[torch.Tensor]
+    values: list[torch.Tensor]
 
     @property
     def cache_len(self) -> int:
-        return self.keys.shape[3]
+        return self.keys[0].shape[1]
 
 
 def packing_refusal(model: torch.nn.Module) -> str | None:
@@ -110,9 +110,10 @@ class PackedLlama:
 
     def new_cache(self, cache_len: int) -> KvCache:
         # Zeros, not empty: masked keys still enter the products, and 0 x NaN would poison a row.
-        shape = (len(self.layers), 1, self.n_kv_heads, cache_len, self.head_dim)
-        zeros = torch.zeros(shape, dtype=self.dtype, device=self.device)
-        return KvCache(zeros, zeros.clone())
+        shape = (self.n_kv_heads, cache_len, self.head_dim)
+        def zeros() -> list[torch.Tensor]:
+            return [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in self.layers]
+        return KvCache(zeros(), zeros())
 
     @torch.inference_mode()
     def forward(
@@ -128,7 +129,8 @@ class PackedLlama:
         if start + n_tokens > cache.cache_len or key_len > cache.cache_len:
             raise ValueError(f"positions {start}..{start + n_tokens} do not fit a cache of {cache.cache_len}")
         cos, sin = self._rotary_tables(start, n_tokens, cache.cache_len)
-        masks = {window: self._mask(start, n_tokens, key_len, window) for window in self._windows}
+        group = self.n_heads // self.n_kv_heads
+        masks = {window: self._mask(start, n_tokens, key_len, window).repeat(group, 1) for window in self._windows}
         x = F.embedding(ids, self.embed)  # (T, hidden)
         for i, layer in enumerate(self.layers):
             h = F.rms_norm(x, x.shape[-1:], layer.input_norm, self.eps)
@@ -145,16 +147,19 @@ class PackedLlama:
         qkv = self._linear(h, layer.qkv, layer.qkv_bias)
         # q and k take the same rotation, so they are rotated together: (T, heads + kv_heads, dim).
         qk = _rotate(qkv[:, : (heads + kv_heads) * dim].view(n_tokens, heads + kv_heads, dim), cos, sin)
-        q = qk[:, :heads].transpose(0, 1)  # (heads, T, dim)
         v = qkv[:, (heads + kv_heads) * dim :].view(n_tokens, kv_heads, dim)
         end = start + n_tokens
-        cache.keys[i, 0, :, start:end] = qk[:, heads:].transpose(0, 1)
-        cache.values[i, 0, :, start:end] = v.transpose(0, 1)
+        keys, values = cache.keys[i], cache.values[i]
+        keys[:, start:end] = qk[:, heads:].transpose(0, 1)
+        values[:, start:end] = v.transpose(0, 1)
+        # The q heads sharing a kv head are stacked as rows of one query (kv_heads, group * T, dim): one
+        # product of more rows per kv head runs faster than one per q head (108 vs 138 us at 320 keys).
+        q = qk[:, :heads].transpose(0, 1).reshape(kv_heads, heads // kv_heads * n_tokens, dim)
         out = F.scaled_dot_product_attention(
-            q[None], cache.keys[i, :, :, :key_len], cache.values[i, :, :, :key_len], attn_mask=mask, scale=self.scaling,
-            enable_gqa=heads != kv_heads,
-        )  # (1, heads, T, dim)
-        return self._linear(out[0].transpose(0, 1).reshape(n_tokens, heads * dim), layer.o, layer.o_bias)
+            q, keys[:, :key_len], values[:, :key_len], attn_mask=mask, scale=self.scaling
+        )  # (kv_heads, group * T, dim)
+        out = out.view(heads, n_tokens, dim).transpose(0, 1).reshape(n_tokens, heads * dim)
+        return self._linear(out, layer.o, layer.o_bias)
 
     def _mlp(self, layer: PackedLayer, h: torch.Tensor) -> torch.Tensor:
         gate_up = self._linear(h, layer.gate_up)
