@@ -17,13 +17,13 @@ from decoding import (
     PackedLlama,
     StepConfig,
     cpu_features,
-    default_step_width,
     greedy_generate,
     llma_generate,
     load_model,
     measure_cost_curve,
     pack_model,
     pick_dtype,
+    resolve_step_width,
     sized_steps,
 )
 from decoding.simulate import simulate_llma
@@ -83,7 +83,7 @@ class Decoder:
         source, tokenizer = load_model(dtype=dtype)
         model = pack_model(source)
         hf_model = source if dtype == torch.float32 else load_model(dtype=torch.float32)[0]
-        width = default_step_width(model)
+        width = resolve_step_width(None, model)  # measured now, as a first `make run` does
         torch.manual_seed(0)
         steps = sized_steps(width, 256, max_new_tokens)
         curve = measure_cost_curve(model, steps=steps)

@@ -49,6 +49,7 @@ from .prompt import (
 from .stats import ArticleUse, ReferenceUse, ReplyStats
 
 # Which review states each grounding setting lets into a prompt.
+COST_CURVES_FILE = "cost_curves.json"  # in the data folder: measured forward costs and the chosen step width
 GROUNDING_REVIEWS = {"approved": ("approved",), "all": ("approved", "candidate"), "off": ()}
 
 
@@ -211,7 +212,8 @@ class ChatService:
         service on it. `step_width` None picks the default for the forward that runs (0: one-token steps)."""
         model, tokenizer = load_model(model_path, threads=threads, dtype=dtype, device=device)
         model = pack_model(model)
-        settings = replace(settings or ChatSettings(), step_width=resolve_step_width(step_width, model))
+        width = resolve_step_width(step_width, model, Path(data_dir) / COST_CURVES_FILE)
+        settings = replace(settings or ChatSettings(), step_width=width)
         model_id = str(model_path or "SmolLM2-135M-Instruct")
         return cls.open(model, tokenizer, model_id, data_dir, db_url, settings, seed)
 
@@ -240,7 +242,7 @@ class ChatService:
         cache.seed_if_new(lambda: seed_help_centre(cache, tokenizer, model_id, seed))
         # The curve is measured on the step shape the turns run (its cache sized for a typical prompt).
         typical_steps = sized_steps(settings.step_width, 256, settings.max_new_tokens)
-        cost = cost or load_or_measure(model, data_dir / "cost_curves.json", steps=typical_steps)
+        cost = cost or load_or_measure(model, data_dir / COST_CURVES_FILE, steps=typical_steps)
         return cls(model, tokenizer, cache, settings, cost, model_id)
 
     @property

@@ -1,7 +1,7 @@
 """LLMA decoding (Inference with Reference, Yang et al. 2023): lossless, reference-assisted greedy decoding."""
 
-from .cost_model import CostCurve, load_or_measure, measure_cost_curve
-from .forward import default_step_width, resolve_step_width
+from .cost_model import CostCurve, choose_step_width, load_or_measure, measure_cost_curve, resolve_step_width
+from .forward import wants_fixed_width
 from .greedy import greedy_generate, greedy_stream
 from .hardware import CpuFeatures, cpu_features, pick_device, pick_dtype
 from .llma import LlmaOptions, ModelVerifier, Verifier, llma_generate, llma_steps, llma_stream
@@ -23,7 +23,8 @@ __all__ = [
     "UNKNOWN",
     "CpuFeatures",
     "StepConfig",
-    "default_step_width",
+    "choose_step_width",
+    "wants_fixed_width",
     "resolve_step_width",
     "sized_steps",
     "cpu_features",

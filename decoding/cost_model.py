@@ -15,11 +15,13 @@ from pathlib import Path
 
 import torch
 
-from .forward import ModelVerifier
+from .forward import ModelVerifier, wants_fixed_width
 from .packed import PackedLlama
 from .steps import ONE_TOKEN_STEPS, StepConfig
 
 DEFAULT_SIZES = (1, 2, 4, 8, 16, 32, 64)
+STEP_WIDTHS = (16, 8, 4)  # the widest whose forward is nearly as cheap as one token's is chosen
+FLAT_TOLERANCE = 1.1  # "nearly": at most 10% dearer than a one-token forward of the same kind
 
 
 @dataclass(frozen=True)
@@ -116,13 +118,19 @@ def load_or_measure(
     if key in stored:
         return CostCurve.from_json(stored[key])
     curve = measure_cost_curve(model, steps=steps)
-    if cache_file is not None:
-        stored[key] = curve.to_json()
-        cache_file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(stored, indent=1))
-        tmp.replace(cache_file)
+    _store(cache_file, key, curve.to_json())
     return curve
+
+
+def _store(cache_file: Path | None, key: str, value) -> None:
+    if cache_file is None:
+        return
+    stored = _read(cache_file)
+    stored[key] = value
+    cache_file.parent.mkdir(parents=True, exist_ok=True)
+    tmp = cache_file.with_suffix(".tmp")
+    tmp.write_text(json.dumps(stored, indent=1))
+    tmp.replace(cache_file)
 
 
 def _read(cache_file: Path | None) -> dict:
@@ -132,3 +140,35 @@ def _read(cache_file: Path | None) -> dict:
         return json.loads(cache_file.read_text())
     except (OSError, ValueError):
         return {}  # a damaged cache file only costs a re-measurement
+
+
+def choose_step_width(model, cache_file: Path | None = None) -> int | None:
+    """The step width for `model` on this machine: None (one-token steps) where fixed widths do not pay,
+    else the widest of STEP_WIDTHS whose forward costs at most FLAT_TOLERANCE x a one-token forward, and
+    at least the narrowest. Measured once per machine and kept in `cache_file`, so a restart keeps it (and
+    the replies it gives).
+
+    Measured on the bundled model, packed bf16, AMD EPYC (AVX512-BF16, no AMX), 300-token context: 1 row
+    17.6 ms, 4 rows 1.06x, 8 rows 1.20x, 16 rows 1.38x: W = 4 there. On a CPU with AMX, 8-16 rows cost
+    about what one does.
+    """
+    if not wants_fixed_width(model):
+        return None
+    key = machine_key(model) + "|step-width"
+    stored = _read(cache_file)
+    if key in stored:
+        return int(stored[key])
+    cost = {n: measure_cost_curve(model, steps=StepConfig(n, 512), repeats=7).seconds[0] for n in (1, *STEP_WIDTHS)}
+    flat = [w for w in STEP_WIDTHS if cost[w] <= FLAT_TOLERANCE * cost[1]]
+    width = max(flat) if flat else min(STEP_WIDTHS)
+    _store(cache_file, key, width)
+    return width
+
+
+def resolve_step_width(setting: int | None, model, cache_file: Path | None = None) -> int | None:
+    """A step-width setting made concrete: None chooses (choose_step_width), 0 means one-token steps."""
+    if setting is None:
+        return choose_step_width(model, cache_file)
+    if setting < 0:
+        raise ValueError(f"step width must be 0 (one-token steps) or positive, not {setting}")
+    return setting or None

@@ -7,7 +7,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import Cache, StaticLayer
 
 from .packed import PackedLlama, PackedRunner
-from .steps import BF16_STEP_WIDTH, ONE_TOKEN_STEPS, StepConfig, verify_in_blocks
+from .steps import ONE_TOKEN_STEPS, StepConfig, verify_in_blocks
 
 
 def new_kv_cache(model: torch.nn.Module, steps: StepConfig = ONE_TOKEN_STEPS) -> Cache:
@@ -39,22 +39,11 @@ def token_tensor(model: torch.nn.Module, ids: Sequence[int]) -> torch.Tensor:
     return torch.tensor([list(ids)], device=model.device)  # (1, T)
 
 
-def default_step_width(model) -> int | None:
+def wants_fixed_width(model) -> bool:
     """W-wide steps where they are flat in cost and needed for bit-identity: the packed forward (fp32 or bf16;
-    8 rows cost what one does once weights are prepacked) and bf16 anywhere. transformers' fp32 forward keeps
-    one-token steps: there an 8-wide step costs about twice a one-token one."""
-    if isinstance(model, PackedLlama) or model.dtype == torch.bfloat16:
-        return BF16_STEP_WIDTH
-    return None
-
-
-def resolve_step_width(setting: int | None, model) -> int | None:
-    """A step-width setting made concrete: None picks the default for `model`, 0 means one-token steps."""
-    if setting is None:
-        return default_step_width(model)
-    if setting < 0:
-        raise ValueError(f"step width must be 0 (one-token steps) or positive, not {setting}")
-    return setting or None
+    a few rows cost about what one does once weights are prepacked) and bf16 anywhere. transformers' fp32
+    forward keeps one-token steps: there an 8-wide step costs about twice a one-token one."""
+    return isinstance(model, PackedLlama) or model.dtype == torch.bfloat16
 
 
 class HfRunner:

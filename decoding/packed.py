@@ -42,7 +42,7 @@ class PackedLayer:
 
 @dataclass
 class KvCache:
-    """Keys and values of each layer, preallocated for `cache_len` positions: (kv_heads, cache_len, dim) each.
+    """Keys and values of each layer, preallocated for `cache_len` positions: (1, kv_heads, cache_len, dim) each.
 
     Entries past what was accepted (a rejected draft, padding) stay until overwritten; the causal mask never
     lets a position see them, so rolling back is only moving where the next block is written.
@@ -53,7 +53,7 @@ class KvCache:
 
     @property
     def cache_len(self) -> int:
-        return self.keys[0].shape[1]
+        return self.keys[0].shape[2]
 
 
 def packing_refusal(model: torch.nn.Module) -> str | None:
@@ -110,7 +110,7 @@ class PackedLlama:
 
     def new_cache(self, cache_len: int) -> KvCache:
         # Zeros, not empty: masked keys still enter the products, and 0 x NaN would poison a row.
-        shape = (self.n_kv_heads, cache_len, self.head_dim)
+        shape = (1, self.n_kv_heads, cache_len, self.head_dim)  # SDPA's fast CPU kernel wants 4-d inputs
         def zeros() -> list[torch.Tensor]:
             return [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in self.layers]
         return KvCache(zeros(), zeros())
@@ -150,14 +150,14 @@ class PackedLlama:
         v = qkv[:, (heads + kv_heads) * dim :].view(n_tokens, kv_heads, dim)
         end = start + n_tokens
         keys, values = cache.keys[i], cache.values[i]
-        keys[:, start:end] = qk[:, heads:].transpose(0, 1)
-        values[:, start:end] = v.transpose(0, 1)
+        keys[0, :, start:end] = qk[:, heads:].transpose(0, 1)
+        values[0, :, start:end] = v.transpose(0, 1)
         # The q heads sharing a kv head are stacked as rows of one query (kv_heads, group * T, dim): one
         # product of more rows per kv head runs faster than one per q head (108 vs 138 us at 320 keys).
-        q = qk[:, :heads].transpose(0, 1).reshape(kv_heads, heads // kv_heads * n_tokens, dim)
+        q = qk[:, :heads].transpose(0, 1).reshape(1, kv_heads, heads // kv_heads * n_tokens, dim)
         out = F.scaled_dot_product_attention(
-            q, keys[:, :key_len], values[:, :key_len], attn_mask=mask, scale=self.scaling
-        )  # (kv_heads, group * T, dim)
+            q, keys[:, :, :key_len], values[:, :, :key_len], attn_mask=mask, scale=self.scaling
+        )  # (1, kv_heads, group * T, dim)
         out = out.view(heads, n_tokens, dim).transpose(0, 1).reshape(n_tokens, heads * dim)
         return self._linear(out, layer.o, layer.o_bias)
 

@@ -62,7 +62,6 @@ class StepConfig:
 
 ONE_TOKEN_STEPS = StepConfig()
 CACHE_GRANULE = 256  # preallocated caches come in multiples of this, so nearby prompt lengths share one shape
-BF16_STEP_WIDTH = 8  # bit-identical on every row and flat in cost on the CPUs measured (tests/decoding)
 
 
 def sized_steps(width: int | None, prompt_len: int, max_new_tokens: int) -> StepConfig:

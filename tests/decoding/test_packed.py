@@ -1,5 +1,7 @@
 """The packed forward: the same model as transformers' forward, and bit-identical to itself in every row of a block."""
 
+import json
+
 import pytest
 import torch
 
@@ -8,12 +10,14 @@ from decoding import (
     LlmaOptions,
     PackedLlama,
     StepConfig,
-    default_step_width,
+    choose_step_width,
     greedy_generate,
     llma_generate,
     pack_model,
     packing_refusal,
+    resolve_step_width,
 )
+from decoding.cost_model import STEP_WIDTHS
 from decoding.forward import open_runner
 
 from .invariance import differing_positions, make_tiny_model
@@ -81,7 +85,7 @@ def test_bundled_model_is_packed_and_its_packed_llma_equals_its_packed_greedy(bu
     """The configuration `make run` uses: the bundled model packed, 8-wide steps, in its dtype (fp32 here)."""
     model, tokenizer = bundled
     packed = pack_model(model)
-    assert isinstance(packed, PackedLlama) and default_step_width(packed) == 8
+    assert isinstance(packed, PackedLlama)
     prompt = tokenizer.apply_chat_template(
         [{"role": "user", "content": "How do I reset my password?"}], add_generation_prompt=True, tokenize=True,
         return_dict=True,
@@ -101,7 +105,7 @@ def test_unsupported_models_keep_transformers_forward():
     gemma = make_tiny_model("gemma", torch.float32)
     assert "gemma" in packing_refusal(gemma)
     assert pack_model(gemma) is gemma
-    assert default_step_width(gemma) is None
+    assert choose_step_width(gemma) is None  # fp32 on transformers' forward: one-token steps
     with pytest.raises(ValueError, match="cannot pack"):
         PackedLlama(gemma)
     half = make_tiny_model("llama", torch.float16)
@@ -118,3 +122,19 @@ def test_a_block_past_the_packed_cache_or_across_a_granule_is_refused():
         runner.step([1])
     with pytest.raises(ValueError, match="do not fit"):
         runner.step([1])  # position 25: its padding would need position 32
+
+
+def test_the_step_width_is_measured_once_per_machine_and_kept(tmp_path):
+    model = tiny_packed("llama", torch.bfloat16)
+    curves = tmp_path / "cost_curves.json"
+    width = choose_step_width(model, curves)
+    assert width in STEP_WIDTHS
+    stored = json.loads(curves.read_text())
+    (key,) = [k for k in stored if k.endswith("|step-width")]
+    assert stored[key] == width
+    stored[key] = 16 if width != 16 else 8  # what an earlier start chose stays chosen
+    curves.write_text(json.dumps(stored))
+    assert choose_step_width(model, curves) == stored[key]
+    assert resolve_step_width(0, model, curves) is None and resolve_step_width(6, model, curves) == 6
+    with pytest.raises(ValueError, match="step width"):
+        resolve_step_width(-1, model, curves)
