@@ -85,7 +85,8 @@ class Decoder:
         """The bundled model as `make run` runs it on this machine (bfloat16 with W-wide steps where the CPU has
         bf16 kernels), transformers' generate on an fp32 copy (its fastest dtype on a CPU), and the adaptive
         policy on the engine's cost curve (measured now, before any timing). With `peers`, llama.cpp on the
-        GGUF file the engine's weights were converted from, with the bench's torch threads."""
+        GGUF file the engine's weights were dequantized from, with the bench's torch threads."""
+        peer = LlamaCppGreedy(bundled_gguf_path(), torch.get_num_threads()) if peers else None  # fails fast
         dtype = pick_dtype("auto", "cpu")
         source, tokenizer = load_model(dtype=dtype)
         model = pack_model(source)
@@ -94,7 +95,6 @@ class Decoder:
         torch.manual_seed(0)
         steps = sized_steps(width, 256, max_new_tokens)
         curve = measure_cost_curve(model, steps=steps)
-        peer = LlamaCppGreedy(bundled_gguf_path(), torch.get_num_threads()) if peers else None
         decoder = cls(model, tokenizer, max_new_tokens, AdaptiveCopyPolicy(cost=curve), width, hf_model, peer)
         decoder.step_costs = compare_step_costs(model, hf_model, steps)
         return decoder
