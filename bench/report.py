@@ -337,9 +337,10 @@ def peer_section(results: Results) -> str:
     ]
     version = f" {results.machine.llama_cpp}" if results.machine.llama_cpp else ""
     return (
-        f"## {PEER_HEADING}\n\nAn optional peer row, in a run only when asked for ({PEER_INSTALL}, which compiles "
-        f"llama.cpp): llama.cpp's greedy decoding through llama-cpp-python{version}, on the bundled Q4_1 GGUF file "
-        f"this engine's {results.model.dtype} weights were dequantized from, fed the same prompt token ids, with "
+        f"## {PEER_HEADING}\n\nAn optional peer row, run only when asked for with {PEER_INSTALL} (compiling "
+        f"llama.cpp once): llama.cpp's greedy decoding through llama-cpp-python{version}, on the bundled Q4_1 GGUF "
+        f"file this engine's {results.model.dtype.removeprefix('torch.')} weights were dequantized from, fed the "
+        "same prompt token ids, with "
         f"the bench's {results.machine.torch_threads} threads. Tokens per second are summed over the same "
         "questions for all three. llama.cpp multiplies by the 4-bit weights with its own kernels, so its reply may "
         "differ from greedy's at near-ties: that is no LLMA mismatch and counts in no target.\n\n"
