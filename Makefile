@@ -5,8 +5,9 @@ BIN := $(VENV)/bin
 MODEL_DIR := models/SmolLM2-135M-Instruct
 STAMP := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
+PEERS_STAMP := $(VENV)/.installed-peers
 
-.PHONY: run test test-fast bench lint setup dev browser postgresql clean
+.PHONY: run test test-fast bench lint setup dev peers browser postgresql clean
 
 setup: $(STAMP) $(MODEL_DIR)/model.safetensors
 
@@ -25,6 +26,14 @@ dev: $(DEV_STAMP)
 $(DEV_STAMP): $(STAMP) requirements-dev.txt
 	$(BIN)/pip install -q -r requirements-dev.txt
 	touch $(DEV_STAMP)
+
+# The bench's optional peer (llama.cpp through llama-cpp-python), only for `make bench BENCH_PEERS=1`.
+peers: $(PEERS_STAMP)
+$(PEERS_STAMP): $(STAMP) requirements-peers.txt
+	@echo "Compiling llama.cpp for llama-cpp-python (once; about 10 minutes on 2 cores)..."
+	CMAKE_ARGS="-DGGML_NATIVE=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF" \
+		$(BIN)/pip install -q -r requirements-peers.txt
+	touch $(PEERS_STAMP)
 
 $(MODEL_DIR)/model.safetensors: $(STAMP) scripts/prepare_model.py
 	$(BIN)/python scripts/prepare_model.py $(MODEL_DIR)
@@ -52,9 +61,12 @@ test-fast: setup dev
 
 # Every group, article and novel question once (one later wording per group): about 70 min on 2 cores.
 # All ~320 questions at 128 tokens take hours: `make bench BENCH_ARGS=`. A quick look: BENCH_ARGS="--limit 3".
+# BENCH_PEERS=1 adds llama.cpp's greedy on the same GGUF as a peer row (compiles llama.cpp on first use).
 BENCH_ARGS ?= --limit 51 --max-new-tokens 64 --grid-questions 6
-bench: setup
-	$(BIN)/python -m bench $(BENCH_ARGS)
+BENCH_PEERS ?=
+PEERS_WANTED := $(filter 1 yes true,$(BENCH_PEERS))
+bench: setup $(if $(PEERS_WANTED),peers)
+	$(BIN)/python -m bench $(BENCH_ARGS) $(if $(PEERS_WANTED),--peers)
 
 lint: dev
 	$(BIN)/ruff check .

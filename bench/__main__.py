@@ -2,7 +2,7 @@
 
     python -m bench --workload data/questions.jsonl --articles data/articles.json --out results/ \
         [--max-new-tokens 128] [--limit N] [--methods hf_greedy,greedy,...] [--workloads grounded,...] \
-        [--grid-questions 12] [--repeats 1]
+        [--grid-questions 12] [--repeats 1] [--peers]
     python -m bench --redraw results/results.json   # the report and plots of a saved run again, no decoding
 
 Writes results.json, report.md and PNG plots to --out.
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from bench.methods import METHODS
+from bench.methods import METHODS, PEER_METHODS
 from bench.plots import write_plots
 from bench.report import mismatch_lines, render_markdown
 from bench.results import Results, load
@@ -39,6 +39,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--threshold", type=float, default=0.5, help="least cosine similarity of a cache hit")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     parser.add_argument("--repeats", type=int, default=1, help="rounds per question; each method keeps its fastest")
+    parser.add_argument("--peers", action="store_true",
+                        help="also run " + ",".join(PEER_METHODS) + " (needs requirements-peers.txt: make bench "
+                        "BENCH_PEERS=1)")
     parser.add_argument("--redraw", type=Path, default=None, help="a saved results.json: write its report again")
     args = parser.parse_args(argv)
     args.methods = [m.strip() for m in args.methods.split(",") if m.strip()]
@@ -47,6 +50,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"unknown methods {unknown}; choose from {', '.join(METHODS)}")
     if "greedy" not in args.methods:
         args.methods.insert(0, "greedy")  # the baseline every speedup and identity check is measured against
+    if args.peers:
+        args.methods += list(PEER_METHODS)
     chosen = {w.strip() for w in args.workloads.split(",") if w.strip()}
     if not chosen or chosen - set(WORKLOADS):
         parser.error(f"--workloads: choose from {', '.join(WORKLOADS)}, not {sorted(chosen - set(WORKLOADS))}")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import torch
 
+from bench.peers import LlamaCppGreedy
 from decoding import (
     AdaptiveCopyPolicy,
     CostCurve,
@@ -26,10 +27,14 @@ from decoding import (
     resolve_step_width,
     sized_steps,
 )
+from decoding.model_loading import bundled_gguf_path
 from decoding.simulate import simulate_llma
 
 METHODS = ("hf_greedy", "greedy", "hf_prompt_lookup", "llma_paper", "llma", "oracle")
 LLMA_METHODS = ("llma_paper", "llma", "oracle")  # must reproduce greedy decoding exactly
+# Other engines on the same model, run only with --peers. Their replies may differ from greedy's (other kernels,
+# llama.cpp's int-quantized matmuls): a differing reply is recorded, never a losslessness mismatch.
+PEER_METHODS = ("llamacpp_greedy",)
 # Not a method: greedy decoding of a grounded question's plain prompt (no approved answer in it), the baseline
 # of the end-to-end speedup. Its reply may differ from greedy's on the grounded prompt, and that is no mismatch.
 PLAIN_GREEDY = "plain_greedy"
@@ -62,7 +67,7 @@ class Decoder:
 
     def __init__(
         self, model, tokenizer, max_new_tokens: int, llma_policy: AdaptiveCopyPolicy,
-        step_width: int | None = None, hf_model=None,
+        step_width: int | None = None, hf_model=None, peer: LlamaCppGreedy | None = None,
     ) -> None:
         self.model = model
         self.hf_model = hf_model if hf_model is not None else model  # transformers' generate runs on this one
@@ -73,12 +78,15 @@ class Decoder:
         self.step_width = step_width
         self.step_costs: list[dict] = []
         self.forwards = ForwardCounter(self.hf_model)  # the engine counts its own forwards
+        self.peer = peer  # shared by copies of the decoder (the warm-up's), so it loads once
 
     @classmethod
-    def load(cls, max_new_tokens: int) -> "Decoder":
+    def load(cls, max_new_tokens: int, peers: bool = False) -> "Decoder":
         """The bundled model as `make run` runs it on this machine (bfloat16 with W-wide steps where the CPU has
         bf16 kernels), transformers' generate on an fp32 copy (its fastest dtype on a CPU), and the adaptive
-        policy on the engine's cost curve (measured now, before any timing)."""
+        policy on the engine's cost curve (measured now, before any timing). With `peers`, llama.cpp on the
+        GGUF file the engine's weights were dequantized from, with the bench's torch threads."""
+        peer = LlamaCppGreedy(bundled_gguf_path(), torch.get_num_threads()) if peers else None  # fails fast
         dtype = pick_dtype("auto", "cpu")
         source, tokenizer = load_model(dtype=dtype)
         model = pack_model(source)
@@ -87,7 +95,7 @@ class Decoder:
         torch.manual_seed(0)
         steps = sized_steps(width, 256, max_new_tokens)
         curve = measure_cost_curve(model, steps=steps)
-        decoder = cls(model, tokenizer, max_new_tokens, AdaptiveCopyPolicy(cost=curve), width, hf_model)
+        decoder = cls(model, tokenizer, max_new_tokens, AdaptiveCopyPolicy(cost=curve), width, hf_model, peer)
         decoder.step_costs = compare_step_costs(model, hf_model, steps)
         return decoder
 
@@ -112,7 +120,9 @@ class Decoder:
                 return self.llma(prompt_ids, references, self.llma_policy)
             case "oracle":
                 return self.llma(prompt_ids, [greedy_tokens], self.llma_policy)
-        raise ValueError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
+            case "llamacpp_greedy":
+                return self.llamacpp(prompt_ids)
+        raise ValueError(f"unknown method {method!r}; choose from {', '.join(METHODS + PEER_METHODS)}")
 
     def hf(self, prompt_ids: list[int], **options) -> Decoded:
         ids = torch.tensor([prompt_ids])  # (1, T)
@@ -132,6 +142,13 @@ class Decoder:
         result = llma_generate(self.model, prompt_ids, references, policy, options, steps=self.steps(prompt_ids))
         from_first = sum(run.length for run in result.copied_runs if run.source == 0)
         return Decoded(result.tokens, result.copied_tokens, from_first, result.forward_passes)
+
+    def llamacpp(self, prompt_ids: list[int]) -> Decoded:
+        """llama.cpp's greedy on the same prompt ids: one forward per token, the prefill included."""
+        if self.peer is None:
+            raise ValueError("llamacpp_greedy runs only on a decoder loaded with peers (python -m bench --peers)")
+        tokens = self.peer.generate(prompt_ids, self.max_new_tokens, self.eos_token_id)
+        return Decoded(tokens, copied_tokens=0, forward_passes=len(tokens))
 
     def fixed(self, prompt_ids: list[int], references: list[list[int]], match_len: int, copy_len: int) -> Decoded:
         """LLMA with the paper's fixed policy at other n (match_len) and k (copy_len): one cell of the grid."""
@@ -157,6 +174,11 @@ class Decoder:
     @property
     def hf_dtype(self) -> str:
         return str(next(self.hf_model.parameters()).dtype)
+
+    @property
+    def peer_version(self) -> str:
+        """llama-cpp-python's version when the run has peers, else empty."""
+        return self.peer.version if self.peer else ""
 
     @property
     def parameters(self) -> int:

@@ -4,7 +4,16 @@ import statistics
 from dataclasses import dataclass
 
 from bench.methods import LLMA_METHODS
-from bench.results import GroundedSummary, QuestionRecord, Results, speedup, summarize_grounded
+from bench.peers import PEER_INSTALL
+from bench.results import (
+    GroundedSummary,
+    PeerSummary,
+    QuestionRecord,
+    Results,
+    speedup,
+    summarize_grounded,
+    summarize_peer,
+)
 
 WORKLOAD_NOTES = {
     "cache_assisted": "later wordings of a paraphrase group; references = answers of the top-k similar cached "
@@ -21,6 +30,7 @@ WORKLOAD_NOTES = {
 SPEED_TARGET = 3.0  # LLMA over greedy on cache-assisted questions
 GROUNDED_TARGET = 2.0  # LLMA on grounded questions, over greedy on the same prompt and end to end
 GROUNDED_HEADING = "Grounded workloads (approved answers in the prompt)"
+PEER_HEADING = "Peer: llama.cpp on the same GGUF (optional)"
 NOVEL_WORST = "LLMA worst per-question speedup, novel"
 
 
@@ -302,6 +312,42 @@ def grounded_section(results: Results) -> str:
     )
 
 
+PEER_HEADER = ["workload", "questions", "llama.cpp tokens/s", "greedy tokens/s (this engine)", "hf_greedy tokens/s",
+               "same reply as greedy"]
+
+
+def peer_summaries(results: Results) -> list[PeerSummary]:
+    """Per workload and over all questions, each peer against greedy and hf_greedy; none without --peers."""
+    return [
+        summarize_peer(workload, method, results.questions if workload == "all" else results.questions_of(workload))
+        for method in results.peer_methods()
+        for workload in [*results.workloads, "all"]
+    ]
+
+
+def peer_section(results: Results) -> str:
+    """The optional peer row: llama.cpp's greedy tokens/s next to this engine's and transformers'."""
+    summaries = [s for s in peer_summaries(results) if s.questions]
+    if not summaries:
+        return ""
+    rows = [
+        [s.workload, str(s.questions), fmt(s.tokens_per_s, ".1f"), fmt(s.greedy_tokens_per_s, ".1f"),
+         fmt(s.hf_greedy_tokens_per_s, ".1f"), fmt(s.same_reply_share, ".0%")]
+        for s in summaries
+    ]
+    version = f" {results.machine.llama_cpp}" if results.machine.llama_cpp else ""
+    return (
+        f"## {PEER_HEADING}\n\nAn optional peer row, run only when asked for with {PEER_INSTALL} (compiling "
+        f"llama.cpp once): llama.cpp's greedy decoding through llama-cpp-python{version}, on the bundled Q4_1 GGUF "
+        f"file this engine's {results.model.dtype.removeprefix('torch.')} weights were dequantized from, fed the "
+        "same prompt token ids, with "
+        f"the bench's {results.machine.torch_threads} threads. Tokens per second are summed over the same "
+        "questions for all three. llama.cpp multiplies by the 4-bit weights with its own kernels, so its reply may "
+        "differ from greedy's at near-ties: that is no LLMA mismatch and counts in no target.\n\n"
+        + table(PEER_HEADER, rows)
+    )
+
+
 def worst_entry(summary: GroundedSummary) -> str:
     if summary.worst_question is None:
         return "–"
@@ -420,6 +466,7 @@ def render_markdown(results: Results, plot_names: list[str]) -> str:
         shortfall_section(results, targets),
         results_section(results),
         grounded_section(results),
+        peer_section(results),
         workloads_section(results),
         grid_section(results),
         cost_section(results),

@@ -8,7 +8,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from bench.methods import LLMA_METHODS, PLAIN_GREEDY
+from bench.methods import LLMA_METHODS, PEER_METHODS, PLAIN_GREEDY
 
 GROUNDED_WORKLOADS = ("grounded", "grounded_staff")  # an approved answer in the prompt, end-to-end speedups
 
@@ -129,6 +129,22 @@ class GroundedSummary:
     mismatches: int  # LLMA runs (any LLMA method) whose tokens differ from greedy's
 
 
+@dataclass(frozen=True)
+class PeerSummary:
+    """Another engine's greedy (--peers) next to this engine's greedy and hf_greedy on the same questions.
+
+    Tokens per second, not speedups: a peer's reply may be longer or shorter than greedy's.
+    """
+
+    workload: str  # or "all"
+    method: str
+    questions: int
+    tokens_per_s: float | None
+    greedy_tokens_per_s: float | None
+    hf_greedy_tokens_per_s: float | None  # None when hf_greedy did not run on every one of these questions
+    same_reply_share: float | None  # replies token for token equal to greedy's; a difference is no LLMA mismatch
+
+
 @dataclass
 class GridCell:
     match_len: int  # n
@@ -172,6 +188,7 @@ class Machine:
     load_average_at_end: list[float] = field(default_factory=list)
     cpu_model: str = ""
     cpu_flags: list[str] = field(default_factory=list)  # the ones that choose the fast path: bf16, AMX, AVX
+    llama_cpp: str = ""  # llama-cpp-python's version when the run had --peers
 
     def busiest_load(self) -> float:
         return max(self.load_average_at_start[0], self.load_average_at_end[0])
@@ -241,6 +258,10 @@ class Results:
 
     def grounded_workloads(self) -> list[str]:
         return [w for w in self.workloads if w in GROUNDED_WORKLOADS]
+
+    def peer_methods(self) -> list[str]:
+        """The --peers methods this run measured; empty without --peers."""
+        return [m for m in PEER_METHODS if any(r.method == m and r.questions for r in self.rows)]
 
     def llma_mismatches(self) -> list[Mismatch]:
         return [Mismatch(r.method, r.workload, q) for r in self.rows if r.method in LLMA_METHODS for q in r.mismatches]
@@ -326,6 +347,27 @@ def summarize_grounded(workload: str, records: list[QuestionRecord], method: str
         worst_end_to_end=worst.end_to_end_speedup(method) if worst else None,
         mismatches=sum(not r.identical for q in records for r in q.runs if r.method in LLMA_METHODS),
     )
+
+
+def summarize_peer(workload: str, method: str, records: list[QuestionRecord]) -> PeerSummary:
+    """A peer method's tokens/s against greedy's and hf_greedy's, each summed over the questions the peer ran."""
+    measured = [q for q in records if q.run(method)]
+    runs = [q.run(method) for q in measured]
+    hf_greedy = [q.run("hf_greedy") for q in measured if q.run("hf_greedy")]
+    return PeerSummary(
+        workload=workload,
+        method=method,
+        questions=len(runs),
+        tokens_per_s=tokens_per_s(runs),
+        greedy_tokens_per_s=tokens_per_s([q.run("greedy") for q in measured]),
+        hf_greedy_tokens_per_s=tokens_per_s(hf_greedy) if len(hf_greedy) == len(runs) else None,
+        same_reply_share=sum(r.identical for r in runs) / len(runs) if runs else None,
+    )
+
+
+def tokens_per_s(runs: list[MethodRun]) -> float | None:
+    seconds = sum(r.seconds for r in runs)
+    return sum(r.tokens for r in runs) / seconds if seconds else None
 
 
 def grid_cell(n: int, k: int, greedy: list[MethodRun], runs: list[MethodRun]) -> GridCell:

@@ -17,7 +17,7 @@ import torch
 import transformers
 from tqdm import tqdm
 
-from bench.methods import METHODS, PLAIN_GREEDY, Decoded, Decoder, paper_policy_json, processor
+from bench.methods import METHODS, PEER_METHODS, PLAIN_GREEDY, Decoded, Decoder, paper_policy_json, processor
 from bench.results import (
     CostCurvePoints,
     GridCell,
@@ -45,7 +45,7 @@ class BenchConfig:
     articles: Path  # article id -> text
     max_new_tokens: int
     limit: int | None  # questions per workload and grid
-    methods: list[str]  # greedy included
+    methods: list[str]  # greedy included; PEER_METHODS only with --peers
     grid_questions: int
     retrieval: Retrieval
     repeats: int
@@ -174,7 +174,8 @@ def run_bench(config: BenchConfig) -> Results:
     """Load everything, fill the cache, run each selected workload and the grid."""
     clock = Stopwatch()
     machine = machine_info()
-    decoder = Decoder.load(config.max_new_tokens)  # measures the forward cost curve once, before any timing
+    peers = any(m in PEER_METHODS for m in config.methods)
+    decoder = Decoder.load(config.max_new_tokens, peers)  # measures the forward cost curve once, before any timing
     clock.lap("load model, measure cost curve")
     articles = load_articles(config.articles)
     selection = select_questions(load_questions(config.workload), articles, config.limit)
@@ -198,12 +199,13 @@ def run_bench(config: BenchConfig) -> Results:
             decoder.model_id, decoder.dtype, decoder.parameters, decoder.step_width, decoder.hf_dtype,
             decoder.forward,
         ),
-        machine=replace(machine, load_average_at_end=list(os.getloadavg())),
+        machine=replace(machine, load_average_at_end=list(os.getloadavg()), llama_cpp=decoder.peer_version),
         settings=settings_of(config, decoder, len(grid_items), workloads.cache_entries),
         workloads=list(config.workloads),
         cost_curve=CostCurvePoints(**decoder.cost_curve_json()),
         step_costs=[StepCost(**cost) for cost in decoder.step_costs],
-        rows=[summarize(w, m, records[w]) for w in config.workloads for m in METHODS if m in config.methods],
+        rows=[summarize(w, m, records[w]) for w in config.workloads for m in METHODS + PEER_METHODS
+              if m in config.methods],
         grid=grid,
         questions=[r for w in config.workloads for r in records[w]],
         phase_seconds=clock.laps,
