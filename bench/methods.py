@@ -81,13 +81,14 @@ class Decoder:
         self.peer = peer  # shared by copies of the decoder (the warm-up's), so it loads once
 
     @classmethod
-    def load(cls, max_new_tokens: int, peers: bool = False) -> "Decoder":
-        """The bundled model as `make run` runs it on this machine (bfloat16 with W-wide steps where the CPU has
-        bf16 kernels), transformers' generate on an fp32 copy (its fastest dtype on a CPU), and the adaptive
+    def load(cls, max_new_tokens: int, peers: bool = False, dtype_setting: str = "auto") -> "Decoder":
+        """The bundled model as `make run` runs it on this machine (the packed forward, bfloat16 where the CPU has
+        bf16 kernels, W-wide steps of the measured width; `dtype_setting` overrides the dtype), transformers'
+        generate on an fp32 copy (its fastest dtype on a CPU), and the adaptive
         policy on the engine's cost curve (measured now, before any timing). With `peers`, llama.cpp on the
         GGUF file the engine's weights were dequantized from, with the bench's torch threads."""
         peer = LlamaCppGreedy(bundled_gguf_path(), torch.get_num_threads()) if peers else None  # fails fast
-        dtype = pick_dtype("auto", "cpu")
+        dtype = pick_dtype(dtype_setting, "cpu")
         source, tokenizer = load_model(dtype=dtype)
         model = pack_model(source)
         hf_model = source if dtype == torch.float32 else load_model(dtype=torch.float32)[0]

@@ -51,6 +51,7 @@ class BenchConfig:
     repeats: int
     workloads: list[str]  # the ones to run, in WORKLOADS order
     grounding: Grounding = Grounding()
+    dtype: str = "auto"  # the engine's: auto (as `make run` picks), float32 or bfloat16
 
 
 @dataclass(frozen=True)
@@ -175,7 +176,8 @@ def run_bench(config: BenchConfig) -> Results:
     clock = Stopwatch()
     machine = machine_info()
     peers = any(m in PEER_METHODS for m in config.methods)
-    decoder = Decoder.load(config.max_new_tokens, peers)  # measures the forward cost curve once, before any timing
+    # Measures the step width and the forward cost curve once, before any timing.
+    decoder = Decoder.load(config.max_new_tokens, peers, config.dtype)
     clock.lap("load model, measure cost curve")
     articles = load_articles(config.articles)
     selection = select_questions(load_questions(config.workload), articles, config.limit)
