@@ -418,6 +418,7 @@ class ChatService:
             article=self._article_use(turn), history_trimmed=turn.prompt.dropped_turns,
             finished=result.finished_by_eos or n >= self.settings.max_new_tokens,
             step_width=turn.steps.width, cache_len=turn.steps.cache_len if turn.steps.width else None,
+            forward=self.forward_name,
         )
 
     def _step_seconds(self, plain_steps: list[float]) -> tuple[float, str]:
@@ -465,14 +466,21 @@ class ChatService:
         prompt_ids, tokens = reply.prompt_ids, reply.token_ids
         if not prompt_ids or tokens is None:
             raise ValueError(f"reply {reply_id} was stored without its prompt; it cannot be verified")
-        steps = ReplyStats.from_json(reply.stats).steps() if reply.stats else ONE_TOKEN_STEPS
+        stats = ReplyStats.from_json(reply.stats) if reply.stats else None
+        steps = stats.steps() if stats else ONE_TOKEN_STEPS
         with self._model_lock:
-            greedy = greedy_generate(self.model, prompt_ids, len(tokens) or 1, self.eos_token_id, steps=steps)
+            greedy = greedy_generate(self._model_for(stats), prompt_ids, len(tokens) or 1, self.eos_token_id,
+                                     steps=steps)
         identical = greedy.tokens == tokens
         reply_seconds = max(reply.seconds or 0.0, 1e-6)
         speedup = greedy.seconds / reply_seconds
         self.cache.set_verification(reply_id, identical, speedup)
         return Verification(reply_id, identical, greedy.seconds, reply_seconds, speedup)
+
+    def _model_for(self, stats: ReplyStats | None):
+        """The forward a stored reply was decoded on: transformers' for replies from before the packed one."""
+        transformers = stats is None or stats.forward == "transformers"
+        return self.model.source if transformers and isinstance(self.model, PackedLlama) else self.model
 
     def feedback(self, reply_id: int, value: int, reason: str = "") -> None:
         """Thumbs up (+1) or down (-1) with an optional reason; 0 takes the rating back."""

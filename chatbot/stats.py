@@ -44,6 +44,7 @@ class ReplyStats:
     finished: bool = False  # ended by EOS or the token limit, not stopped
     step_width: int | None = None  # every decode forward this wide (None: one-token steps)
     cache_len: int | None = None  # the preallocated KV cache of W-wide steps
+    forward: str = "transformers"  # "packed" (decoding/packed.py) or transformers' (every reply before it)
 
     def steps(self) -> StepConfig:
         """The decode step shape this reply ran with, so that a rerun of greedy decoding is bit-comparable."""

@@ -1,9 +1,11 @@
 """The chat service with the real bundled model, embedder and SQLite cache."""
 
+from dataclasses import replace
+
 import pytest
 
 from chatbot import ChatService, ChatSettings, InputError
-from decoding import CostCurve, greedy_generate
+from decoding import CostCurve, greedy_generate, pack_model
 
 pytestmark = pytest.mark.slow
 
@@ -134,3 +136,28 @@ def test_hostile_cached_answers_never_change_the_reply(service):
     assert stored.token_ids == greedy.tokens
     assert "evil@example.com" not in service.tokenizer.decode(stored.prompt_ids)  # candidates stay out of prompts
     assert "evil@example.com" not in reply.text
+
+
+@pytest.fixture(scope="module")
+def packed_service(bundled, tmp_path_factory):
+    """The service as `make run` wires it: the packed forward, fixed-width steps."""
+    model, tokenizer = bundled
+    svc = ChatService.open(
+        pack_model(model), tokenizer, "SmolLM2-135M-Instruct", tmp_path_factory.mktemp("packed"),
+        settings=ChatSettings(max_new_tokens=32, step_width=4), cost=CPU_CURVE,
+    )
+    yield svc
+    svc.cache.close()
+
+
+def test_packed_service_replies_equal_its_greedy_and_say_how_they_ran(packed_service, bundled):
+    first = packed_service.ask("How do I reset my password?")
+    second = packed_service.ask("I forgot my password, how can I reset it?")
+    for reply in (first, second):
+        assert (reply.stats.forward, reply.stats.step_width) == ("packed", 4)
+        assert packed_service.verify(reply.id).identical
+    assert second.stats.copied_share > 0
+    # A reply stored before the packed forward existed is verified on transformers' forward it ran on.
+    old = replace(second.stats, forward="transformers")
+    assert packed_service._model_for(old) is bundled[0]
+    assert packed_service._model_for(second.stats) is packed_service.model
