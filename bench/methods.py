@@ -81,9 +81,11 @@ class Decoder:
         self.peer = peer  # shared by copies of the decoder (the warm-up's), so it loads once
 
     @classmethod
-    def load(cls, max_new_tokens: int, peers: bool = False, dtype_setting: str = "auto") -> "Decoder":
+    def load(
+        cls, max_new_tokens: int, peers: bool = False, dtype_setting: str = "auto", width_setting: int | None = None
+    ) -> "Decoder":
         """The bundled model as `make run` runs it on this machine (the packed forward, bfloat16 where the CPU has
-        bf16 kernels, W-wide steps of the measured width; `dtype_setting` overrides the dtype), transformers'
+        bf16 kernels, W-wide steps of the measured width; the settings override dtype and width), transformers'
         generate on an fp32 copy (its fastest dtype on a CPU), and the adaptive
         policy on the engine's cost curve (measured now, before any timing). With `peers`, llama.cpp on the
         GGUF file the engine's weights were dequantized from, with the bench's torch threads."""
@@ -92,7 +94,7 @@ class Decoder:
         source, tokenizer = load_model(dtype=dtype)
         model = pack_model(source)
         hf_model = source if dtype == torch.float32 else load_model(dtype=torch.float32)[0]
-        width = resolve_step_width(None, model)  # measured now, as a first `make run` does
+        width = resolve_step_width(width_setting, model)  # None: measured now, as a first `make run` does
         torch.manual_seed(0)
         steps = sized_steps(width, 256, max_new_tokens)
         curve = measure_cost_curve(model, steps=steps)

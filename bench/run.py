@@ -52,6 +52,7 @@ class BenchConfig:
     workloads: list[str]  # the ones to run, in WORKLOADS order
     grounding: Grounding = Grounding()
     dtype: str = "auto"  # the engine's: auto (as `make run` picks), float32 or bfloat16
+    step_width: int | None = None  # None: measured, as `make run` does; 0: one-token steps
 
 
 @dataclass(frozen=True)
@@ -177,7 +178,7 @@ def run_bench(config: BenchConfig) -> Results:
     machine = machine_info()
     peers = any(m in PEER_METHODS for m in config.methods)
     # Measures the step width and the forward cost curve once, before any timing.
-    decoder = Decoder.load(config.max_new_tokens, peers, config.dtype)
+    decoder = Decoder.load(config.max_new_tokens, peers, config.dtype, config.step_width)
     clock.lap("load model, measure cost curve")
     articles = load_articles(config.articles)
     selection = select_questions(load_questions(config.workload), articles, config.limit)
