@@ -59,7 +59,7 @@ test: setup dev browser postgresql
 test-fast: setup dev
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow and not browser"
 
-# Every group, article and novel question once (one later wording per group): about 70 min on 2 cores.
+# Every group, article and novel question once (one later wording per group): about 45 min on 2 cores.
 # All ~320 questions at 128 tokens take hours: `make bench BENCH_ARGS=`. A quick look: BENCH_ARGS="--limit 3".
 # BENCH_PEERS=1 adds llama.cpp's greedy on the same GGUF as a peer row (compiles llama.cpp on first use).
 BENCH_ARGS ?= --limit 51 --max-new-tokens 64 --grid-questions 6
