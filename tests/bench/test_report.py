@@ -134,3 +134,12 @@ def test_nothing_is_explained_when_every_target_is_met(shipped):
     assert [t.passed for t in targets if "grounded" in t.name] == [None] * 5  # a run from before grounding
     assert shortfall_section(results, compute_targets(results)) == ""
     assert "Why targets are missed" not in sections(render_markdown(results, PLOTS))
+
+
+def test_the_step_cost_table_says_how_flat_the_packed_forward_is():
+    packed = load(ROOT / "docs" / "benchmark" / "2026-11-30-packed-fp32-avx2-capped" / "results.json")
+    rows = next(cost for cost in packed.step_costs if "one forward of n rows" in cost.label)
+    ms = dict(zip(rows.sizes, rows.ms, strict=True))
+    text = render_markdown(packed, PLOTS)
+    assert f"4-row forward costs {ms[4] / ms[1]:.2f}x a one-row forward" in text
+    assert "row forward costs" not in render_markdown(load(SHIPPED / "results.json"), PLOTS)  # no packed rows
