@@ -81,6 +81,7 @@ def test_sliding_window_rolls_back_on_the_packed_forward():
         assert out.tokens == greedy
 
 
+@pytest.mark.slow
 def test_bundled_model_is_packed_and_its_packed_llma_equals_its_packed_greedy(bundled):
     """The configuration `make run` uses: the bundled model packed, 8-wide steps, in its dtype (fp32 here)."""
     model, tokenizer = bundled
