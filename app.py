@@ -7,7 +7,7 @@ from typing import Literal, NoReturn
 
 import torch
 import uvicorn
-from pydantic import SecretStr, ValidationError
+from pydantic import Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from cache import StaffStore
@@ -45,7 +45,8 @@ class Settings(BaseSettings):
     threads: int = 2
     device: Literal["auto", "cpu", "cuda"] = "auto"
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"  # auto: bfloat16 where the CPU or GPU has bf16 kernels
-    step_width: int | None = None  # None: 8 on the packed forward or in bfloat16, else one-token; 0: one-token
+    # None: measured once per machine (decoding.choose_step_width); 0: one-token steps
+    step_width: int | None = Field(default=None, ge=0)
     max_new_tokens: int = ChatSettings.max_new_tokens
     references_k: int = ChatSettings.references_k
     similarity_threshold: float = ChatSettings.similarity_threshold
@@ -67,8 +68,6 @@ class Settings(BaseSettings):
 
     def engine(self) -> Engine:
         """Device and dtype; the forward and step width are known once the model is loaded."""
-        if self.step_width is not None and self.step_width < 0:
-            raise ValueError("CHATBOT_STEP_WIDTH must be 0 (one-token steps) or positive")
         device = pick_device(self.device)
         return Engine(device, pick_dtype(self.dtype, device))
 

@@ -18,6 +18,7 @@ from decoding import (
     PackedLlama,
     StepConfig,
     cpu_features,
+    forward_name,
     greedy_generate,
     llma_generate,
     load_model,
@@ -172,7 +173,7 @@ class Decoder:
 
     @property
     def forward(self) -> str:
-        return "packed" if isinstance(self.model, PackedLlama) else "transformers"
+        return forward_name(self.model)
 
     @property
     def hf_dtype(self) -> str:

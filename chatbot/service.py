@@ -24,6 +24,7 @@ from decoding import (
     LlmaOptions,
     PackedLlama,
     StepConfig,
+    forward_name,
     greedy_generate,
     llma_stream,
     load_model,
@@ -48,8 +49,8 @@ from .prompt import (
 )
 from .stats import ArticleUse, ReferenceUse, ReplyStats
 
-# Which review states each grounding setting lets into a prompt.
 COST_CURVES_FILE = "cost_curves.json"  # in the data folder: measured forward costs and the chosen step width
+# Which review states each grounding setting lets into a prompt.
 GROUNDING_REVIEWS = {"approved": ("approved",), "all": ("approved", "candidate"), "off": ()}
 
 
@@ -248,7 +249,7 @@ class ChatService:
     @property
     def forward_name(self) -> str:
         """Which forward decodes: "packed" (decoding/packed.py) or "transformers"."""
-        return "packed" if isinstance(self.model, PackedLlama) else "transformers"
+        return forward_name(self.model)
 
     # --- one turn --------------------------------------------------------------------------------
 

@@ -6,7 +6,7 @@ from .greedy import greedy_generate, greedy_stream
 from .hardware import CpuFeatures, cpu_features, pick_device, pick_dtype
 from .llma import LlmaOptions, ModelVerifier, Verifier, llma_generate, llma_steps, llma_stream
 from .model_loading import ModelLoadError, load_model, prepare_bundled_model
-from .packed import PackedLlama, pack_model, packing_refusal
+from .packed import PackedLlama, forward_name, pack_model, packing_refusal
 from .policy import AdaptiveCopyPolicy, CopyPolicy, Drafter, FixedCopyPolicy, best_copy_len
 from .reference_index import OUTPUT_SOURCE, PROMPT_SOURCE, Match, ReferenceIndex
 from .result import Chunk, CopiedRun, DecodeResult
@@ -46,6 +46,7 @@ __all__ = [
     "ModelLoadError",
     "ModelVerifier",
     "PackedLlama",
+    "forward_name",
     "pack_model",
     "packing_refusal",
     "ReferenceIndex",

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from .forward import ModelVerifier, wants_fixed_width
-from .packed import PackedLlama
+from .packed import forward_name
 from .steps import ONE_TOKEN_STEPS, StepConfig
 
 DEFAULT_SIZES = (1, 2, 4, 8, 16, 32, 64)
@@ -102,8 +102,7 @@ def machine_key(model: torch.nn.Module, steps: StepConfig = ONE_TOKEN_STEPS) -> 
     """Model shape, dtype, step width, device, threads, OpenMP wait policy and processor: what the curve depends on."""
     cfg = model.config
     dtype = str(next(model.parameters()).dtype)
-    forward = "packed" if isinstance(model, PackedLlama) else "transformers"
-    shape = f"{cfg.model_type}-{cfg.num_hidden_layers}x{cfg.hidden_size}-v{cfg.vocab_size}-{forward}"
+    shape = f"{cfg.model_type}-{cfg.num_hidden_layers}x{cfg.hidden_size}-v{cfg.vocab_size}-{forward_name(model)}"
     width = f"width={steps.width},cache_len={steps.cache_len}" if steps.width else "width=variable"
     threads = f"threads={torch.get_num_threads()},omp_wait={os.environ.get('OMP_WAIT_POLICY', 'default')}"
     return f"{shape}|{dtype}|{width}|{model.device}|{threads}|{platform.machine()}|{platform.processor()}"

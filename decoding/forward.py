@@ -62,7 +62,8 @@ class HfRunner:
         """Logits (len(block), V); the padding's entries are dropped at once, so a next block follows on."""
         logits = step_logits(self.model, block, self.cache, self.steps)
         self.length += len(block)
-        truncate_kv_cache(self.cache, self.length)
+        if self.steps.width is not None and len(block) < self.steps.width:
+            truncate_kv_cache(self.cache, self.length)
         return logits
 
     def truncate(self, length: int) -> None:

@@ -232,6 +232,11 @@ def _window(config, layer_index: int) -> int | None:
     return window
 
 
+def forward_name(model) -> str:
+    """Which forward decodes with `model`: "packed" or "transformers" (for the engine line, stats and keys)."""
+    return "packed" if isinstance(model, PackedLlama) else "transformers"
+
+
 def pack_model(model: torch.nn.Module, width_hint: int = 8) -> "PackedLlama | torch.nn.Module":
     """The packed forward where the model allows it, else the model itself (transformers' forward)."""
     return PackedLlama(model, width_hint) if packing_refusal(model) is None else model
