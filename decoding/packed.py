@@ -1,10 +1,10 @@
 """A lean forward for Llama-architecture models: fused, prepacked weights and a preallocated KV cache.
 
 For a 135M model on a CPU, transformers' forward spends more time in Python and in re-laying out weights
-than in the products themselves (an 8-wide bf16 step of SmolLM2: 67 ms there, 25 ms here, AMD EPYC with
-2 threads). This forward does the same arithmetic in a few calls per layer, in the spirit of gpt-fast:
-q, k and v are one product, gate and up another, and on a CPU each weight is reordered once for oneDNN
-(what inductor's freezing would do) instead of on every call. Its logits are not bit-identical to
+than in the products themselves (a one-token bf16 forward of SmolLM2: 26.3 ms there, 10.8 ms here, AMD EPYC
+with 2 threads, docs/benchmark). This forward does the same arithmetic in a few calls per layer, in the
+spirit of gpt-fast: q, k and v are one product, gate and up another, and on a CPU each weight is reordered
+once for oneDNN (what inductor's freezing would do) instead of on every call. Its logits are not bit-identical to
 transformers' (other kernels, other summation orders), only to its own: greedy and LLMA both run it, so
 LLMA equals this engine's greedy. tests/decoding/test_packed.py checks it against transformers in fp32
 and, bit for bit, against itself in every row of a W-wide block.
