@@ -59,10 +59,16 @@ test: setup dev browser postgresql
 test-fast: setup dev
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow and not browser"
 
-# Every group, article and novel question once (one later wording per group): about 45 min on 2 cores.
-# All ~320 questions at 128 tokens take hours: `make bench BENCH_ARGS=`. A quick look: BENCH_ARGS="--limit 3".
+# Every workload and method on 5 questions each (35 in all), 2 in the n-by-k grid: 10-16 min on 2 cores
+# (scaled from the per-question times of a recorded 16-question run; the grid's questions cost about 1.3 others).
+# BENCH_FULL=1: every group, article and novel question once (one later wording per group, about 290 questions,
+# 6 in the grid): about 45 min on a 2-core AMD EPYC, 2 h on a 2-core Intel Xeon.
+# All ~320 questions at 128 tokens take hours: `make bench BENCH_ARGS=`. Any BENCH_ARGS replaces both sets.
 # BENCH_PEERS=1 adds llama.cpp's greedy on the same GGUF as a peer row (compiles llama.cpp on first use).
-BENCH_ARGS ?= --limit 51 --max-new-tokens 64 --grid-questions 6
+BENCH_QUICK_ARGS := --limit 5 --max-new-tokens 64 --grid-questions 2
+BENCH_FULL_ARGS := --limit 51 --max-new-tokens 64 --grid-questions 6
+BENCH_FULL ?=
+BENCH_ARGS ?= $(if $(filter 1 yes true,$(BENCH_FULL)),$(BENCH_FULL_ARGS),$(BENCH_QUICK_ARGS))
 BENCH_PEERS ?=
 PEERS_WANTED := $(filter 1 yes true,$(BENCH_PEERS))
 bench: setup $(if $(PEERS_WANTED),peers)

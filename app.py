@@ -1,35 +1,28 @@
 """Start the helpdesk: read settings once, build the chat service, mount the web pages, serve them."""
 
 import sys
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal, NoReturn
 
 import torch
 import uvicorn
-from pydantic import Field, SecretStr, ValidationError
+from pydantic import SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from cache import StaffStore
 from chatbot import Accounts, AdminService, Admission, Bootstrap, ChatLimits, ChatService, ChatSettings, InputError
 from data import example_questions
-from decoding import ModelLoadError, cpu_features, pick_device, pick_dtype
+from decoding import (
+    NAMED_RULES,
+    ONE_TOKEN,
+    EngineConfigError,
+    ModelLoadError,
+    StepWidth,
+    check_lossless,
+    pick_device,
+    pick_dtype,
+)
 from webui import LoginLimits, build_app
-
-
-@dataclass(frozen=True)
-class Engine:
-    """Where and how the model runs, resolved once from the settings and this machine."""
-
-    device: torch.device
-    dtype: torch.dtype
-    forward: str = "transformers"  # "packed" (decoding/packed.py) where the architecture allows
-    step_width: int | None = None
-
-    def describe(self) -> str:
-        steps = f"{self.step_width}-wide decode steps" if self.step_width else "one-token decode steps"
-        where = f"{str(self.dtype).removeprefix('torch.')} on {self.device}"
-        return f"{where}, {self.forward} forward, {steps} ({cpu_features().model_name})"
 
 
 class Settings(BaseSettings):
@@ -45,8 +38,8 @@ class Settings(BaseSettings):
     threads: int = 2
     device: Literal["auto", "cpu", "cuda"] = "auto"
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"  # auto: bfloat16 where the CPU or GPU has bf16 kernels
-    # None: measured once per machine (decoding.choose_step_width); 0: one-token steps
-    step_width: int | None = Field(default=None, ge=0)
+    # auto: measured by the deployment's first start and kept in its database; 0: one-token steps; W
+    step_width: str = "auto"
     max_new_tokens: int = ChatSettings.max_new_tokens
     references_k: int = ChatSettings.references_k
     similarity_threshold: float = ChatSettings.similarity_threshold
@@ -55,6 +48,8 @@ class Settings(BaseSettings):
     grounding_threshold: float = ChatSettings.grounding_threshold
     grounding_answers: int = ChatSettings.grounding_answers
     grounding_token_budget: int = ChatSettings.grounding_token_budget
+    repetition: Literal["dry", "off"] = "dry"  # the decoding rule: greedy with DRY and a stop rule, or plain greedy
+    prompt_layout: Literal["system", "turn"] = ChatSettings.prompt_layout
     admin_user: str = "admin"  # the bootstrap admin, made only while the database has no admin account
     admin_password: SecretStr | None = None  # None: a random one is made and printed at start
     login_max_failures: int = LoginLimits.max_failures
@@ -66,10 +61,19 @@ class Settings(BaseSettings):
     chat_per_client: int = ChatLimits.per_client
     chat_per_address: int = ChatLimits.per_address
 
-    def engine(self) -> Engine:
-        """Device and dtype; the forward and step width are known once the model is loaded."""
+    @field_validator("step_width")
+    @classmethod
+    def _check_step_width(cls, value: str) -> str:
+        StepWidth.parse(value)  # a bad one is refused here, at start, with the choices
+        return value
+
+    def step_width_setting(self) -> StepWidth:
+        return StepWidth.parse(self.step_width)
+
+    def device_and_dtype(self) -> tuple[torch.device, torch.dtype]:
+        """Where and in what precision the model runs; the forward and width are decided once it is loaded."""
         device = pick_device(self.device)
-        return Engine(device, pick_dtype(self.dtype, device))
+        return device, pick_dtype(self.dtype, device)
 
     def chat_settings(self) -> ChatSettings:
         return ChatSettings(
@@ -77,6 +81,7 @@ class Settings(BaseSettings):
             similarity_threshold=self.similarity_threshold, use_knowledge_base=self.use_knowledge_base,
             grounding=self.grounding, grounding_threshold=self.grounding_threshold,
             grounding_answers=self.grounding_answers, grounding_token_budget=self.grounding_token_budget,
+            repetition=NAMED_RULES[self.repetition], prompt_layout=self.prompt_layout,
         )
 
     def login_limits(self) -> LoginLimits:
@@ -92,25 +97,31 @@ class Settings(BaseSettings):
 def main() -> None:
     try:
         settings = Settings()
-        engine = settings.engine()
+        device, dtype = settings.device_and_dtype()
         chat_settings, chat_limits = settings.chat_settings(), settings.chat_limits()
+        if settings.step_width_setting() == ONE_TOKEN:
+            check_lossless(dtype, None)  # refused before the model loads; build_engine checks it again after
+    except EngineConfigError as err:
+        _fail(f"CHATBOT_DTYPE / CHATBOT_STEP_WIDTH: {err}")
     except (ValidationError, ValueError) as err:
         _fail(f"bad setting: {err}")
+    torch.set_num_threads(settings.threads)  # process-wide: set here, in the entry point, only
     try:
         service = ChatService.create(
-            settings.data_dir, settings.model, settings.db_url, settings.threads, chat_settings,
-            dtype=engine.dtype, device=engine.device, step_width=settings.step_width,
+            settings.data_dir, settings.model, settings.db_url, chat_settings,
+            dtype=dtype, device=device, step_width=settings.step_width_setting(),
         )
-        engine = replace(engine, forward=service.forward_name, step_width=service.settings.step_width)
     except ModelLoadError as err:
         _fail(f"cannot load the model: {err}")
+    except EngineConfigError as err:
+        _fail(str(err))
     accounts = Accounts(StaffStore.open(settings.data_dir, settings.db_url))
     try:
         bootstrap = accounts.bootstrap(settings.admin_user, _secret(settings.admin_password))
     except InputError as err:
         _fail(f"CHATBOT_ADMIN_PASSWORD: {err}")
     print(_announcement(bootstrap, "CHATBOT_ADMIN_PASSWORD"), flush=True)
-    print(f"Engine: {engine.describe()}", flush=True)
+    print(f"Engine: {service.engine.describe()}", flush=True)
     print(f"Chat: http://{settings.host}:{settings.port}/   Admin: http://{settings.host}:{settings.port}/admin")
     admin = AdminService(service.cache, service, accounts)
     app = build_app(service, admin, example_questions(), Admission(chat_limits), settings.login_limits())

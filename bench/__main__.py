@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from bench.methods import METHODS, PEER_METHODS
+from bench.methods import METHODS, PEER_METHODS, RULES
 from bench.plots import write_plots
 from bench.report import mismatch_lines, render_markdown
 from bench.results import Results, load
@@ -41,8 +41,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=1, help="rounds per question; each method keeps its fastest")
     parser.add_argument("--dtype", choices=("auto", "float32", "bfloat16"), default="auto",
                         help="the engine's dtype; auto is what `make run` picks on this machine")
-    parser.add_argument("--step-width", type=int, default=None,
-                        help="every decode forward this wide (0: one-token steps); unset: measured, as make run does")
+    parser.add_argument("--rule", choices=tuple(RULES), default="dry",
+                        help="the decoding rule greedy and LLMA share: dry (the app's) or off (plain greedy)")
+    parser.add_argument("--step-width", default="auto",
+                        help="every decode forward this wide (0: one-token steps); auto: measured, as make run does")
     parser.add_argument("--peers", action="store_true",
                         help="also run " + ",".join(PEER_METHODS) + " (needs requirements-peers.txt: make bench "
                         "BENCH_PEERS=1)")
@@ -67,7 +69,7 @@ def config_of(args: argparse.Namespace) -> BenchConfig:
     return BenchConfig(
         workload=args.workload, articles=args.articles, max_new_tokens=args.max_new_tokens, limit=args.limit,
         methods=args.methods, grid_questions=args.grid_questions, retrieval=Retrieval(args.k, args.threshold),
-        repeats=args.repeats, workloads=args.workloads, dtype=args.dtype,
+        repeats=args.repeats, workloads=args.workloads, dtype=args.dtype, rule=args.rule,
         step_width=args.step_width,
     )
 

@@ -10,23 +10,26 @@ import torch
 
 from bench.peers import LlamaCppGreedy
 from decoding import (
+    AUTO,
+    NAMED_RULES,
+    REPETITION_OFF,
     AdaptiveCopyPolicy,
     CostCurve,
     CpuFeatures,
+    Engine,
     FixedCopyPolicy,
     LlmaOptions,
     PackedLlama,
+    RepetitionRule,
     StepConfig,
+    StepWidth,
     cpu_features,
-    forward_name,
     greedy_generate,
     llma_generate,
+    load_engine,
     load_model,
     measure_cost_curve,
-    pack_model,
     pick_dtype,
-    resolve_step_width,
-    sized_steps,
 )
 from decoding.model_loading import bundled_gguf_path
 from decoding.simulate import simulate_llma
@@ -67,23 +70,25 @@ class Decoder:
     """Runs any method on a prompt with one model, budget and stop token; counts forward passes."""
 
     def __init__(
-        self, model, tokenizer, max_new_tokens: int, llma_policy: AdaptiveCopyPolicy,
-        step_width: int | None = None, hf_model=None, peer: LlamaCppGreedy | None = None,
+        self, engine: Engine, max_new_tokens: int, llma_policy: AdaptiveCopyPolicy, hf_model=None,
+        peer: LlamaCppGreedy | None = None,
     ) -> None:
-        self.model = model
-        self.hf_model = hf_model if hf_model is not None else model  # transformers' generate runs on this one
-        self.tokenizer = tokenizer
-        self.eos_token_id = tokenizer.eos_token_id
+        self.engine = engine  # the forward and step width, decided once (decoding.engine)
+        self.model = engine.model
+        self.hf_model = hf_model if hf_model is not None else engine.model  # transformers' generate runs on this
+        self.tokenizer = engine.tokenizer
+        self.eos_token_id = engine.tokenizer.eos_token_id
         self.max_new_tokens = max_new_tokens
         self.llma_policy = llma_policy
-        self.step_width = step_width
+        self.step_width = engine.step_width
+        self.repetition = REPETITION_OFF  # the decoding rule greedy and LLMA share; hf_* run plain greedy
         self.step_costs: list[dict] = []
         self.forwards = ForwardCounter(self.hf_model)  # the engine counts its own forwards
         self.peer = peer  # shared by copies of the decoder (the warm-up's), so it loads once
 
     @classmethod
     def load(
-        cls, max_new_tokens: int, peers: bool = False, dtype_setting: str = "auto", width_setting: int | None = None
+        cls, max_new_tokens: int, peers: bool = False, dtype_setting: str = "auto", width_setting: str = "auto"
     ) -> "Decoder":
         """The bundled model as `make run` runs it on this machine (the packed forward, bfloat16 where the CPU has
         bf16 kernels, W-wide steps of the measured width; the settings override dtype and width), transformers'
@@ -92,20 +97,19 @@ class Decoder:
         GGUF file the engine's weights were dequantized from, with the bench's torch threads."""
         peer = LlamaCppGreedy(bundled_gguf_path(), torch.get_num_threads()) if peers else None  # fails fast
         dtype = pick_dtype(dtype_setting, "cpu")
-        source, tokenizer = load_model(dtype=dtype)
-        model = pack_model(source)
+        engine = load_engine(dtype=dtype, width=StepWidth.parse(width_setting))  # auto: measured now, as at first start
+        source = engine.model.source if isinstance(engine.model, PackedLlama) else engine.model
         hf_model = source if dtype == torch.float32 else load_model(dtype=torch.float32)[0]
-        width = resolve_step_width(width_setting, model)  # None: measured now, as a first `make run` does
         torch.manual_seed(0)
-        steps = sized_steps(width, 256, max_new_tokens)
-        curve = measure_cost_curve(model, steps=steps)
-        decoder = cls(model, tokenizer, max_new_tokens, AdaptiveCopyPolicy(cost=curve), width, hf_model, peer)
-        decoder.step_costs = compare_step_costs(model, hf_model, steps)
+        steps = engine.steps(256, max_new_tokens)
+        curve = measure_cost_curve(engine.model, steps=steps)
+        decoder = cls(engine, max_new_tokens, AdaptiveCopyPolicy(cost=curve), hf_model, peer)
+        decoder.step_costs = compare_step_costs(engine.model, hf_model, steps)
         return decoder
 
     def steps(self, prompt_ids: list[int]) -> StepConfig:
         """The decode step shape for this prompt: the same for every method of the engine, as in the service."""
-        return sized_steps(self.step_width, len(prompt_ids), self.max_new_tokens)
+        return self.engine.steps(len(prompt_ids), self.max_new_tokens)
 
     def decode(
         self, method: str, prompt_ids: list[int], references: list[list[int]], greedy_tokens: list[int]
@@ -138,11 +142,12 @@ class Decoder:
 
     def greedy(self, prompt_ids: list[int]) -> Decoded:
         steps = self.steps(prompt_ids)
-        result = greedy_generate(self.model, prompt_ids, self.max_new_tokens, self.eos_token_id, steps=steps)
+        result = greedy_generate(self.model, prompt_ids, self.max_new_tokens, self.eos_token_id, steps=steps,
+                                 repetition=self.repetition)
         return Decoded(result.tokens, copied_tokens=0, forward_passes=result.forward_passes)
 
     def llma(self, prompt_ids: list[int], references: list[list[int]], policy) -> Decoded:
-        options = LlmaOptions(self.max_new_tokens, self.eos_token_id)
+        options = LlmaOptions(self.max_new_tokens, self.eos_token_id, repetition=self.repetition)
         result = llma_generate(self.model, prompt_ids, references, policy, options, steps=self.steps(prompt_ids))
         from_first = sum(run.length for run in result.copied_runs if run.source == 0)
         return Decoded(result.tokens, result.copied_tokens, from_first, result.forward_passes)
@@ -173,7 +178,7 @@ class Decoder:
 
     @property
     def forward(self) -> str:
-        return forward_name(self.model)
+        return self.engine.forward
 
     @property
     def hf_dtype(self) -> str:
@@ -265,3 +270,19 @@ def replay(prompt_ids: list[int], references: list[list[int]], greedy_tokens: li
     """LLMA's decisions on a prompt whose greedy reply is known, without the model."""
     sim = simulate_llma(prompt_ids, references, greedy_tokens, policy, curve, LlmaOptions(eos_token_id=eos_token_id))
     return Replay(sim.modeled_seconds, sim.modeled_greedy_seconds, sim.speedup)
+
+
+# --- the quality run (bench/quality.py): the engine as `make run` builds it, and the decoding rules it compares ---
+
+RULES = NAMED_RULES  # "off": plain greedy; "dry": the app's default rule
+
+
+def app_engine() -> Engine:
+    """The bundled model as `make run` runs it on this machine: its dtype, the packed forward, a measured width."""
+    return load_engine(dtype=pick_dtype("auto", "cpu"), width=AUTO)
+
+
+def decoding_rule(name: str) -> RepetitionRule:
+    if name not in RULES:
+        raise ValueError(f"unknown decoding rule {name!r}; choose from {', '.join(RULES)}")
+    return RULES[name]

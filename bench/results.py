@@ -1,10 +1,10 @@
 """What a bench run measured, as dataclasses: written to results.json with `save()`, read back with `load()`.
 
 Speedups are defined here once: greedy's seconds over a method's, summed over questions or per question.
+Everything derived from these records (rows, summaries, the figures the report explains) is in bench/summary.py.
 """
 
 import json
-import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -113,38 +113,6 @@ class Row:
     mismatches: list[str] = field(default_factory=list)  # questions whose tokens differ from greedy's
 
 
-@dataclass(frozen=True)
-class GroundedSummary:
-    """LLMA on a grounded workload: against greedy on the same prompt and against the plain prompt's greedy."""
-
-    workload: str
-    questions: int
-    grounded: int  # questions whose prompt got an approved answer; the others ran on the plain prompt
-    greedy_tokens_per_s: float | None
-    speedup: float | None  # sum of greedy seconds / sum of LLMA seconds, the same prompt
-    end_to_end_speedup: float | None  # sum of the plain prompt's greedy seconds / sum of LLMA seconds
-    copied_from_approved: float | None  # mean share of a grounded reply copied from its approved answer
-    worst_question: str | None  # the least end-to-end speedup
-    worst_end_to_end: float | None
-    mismatches: int  # LLMA runs (any LLMA method) whose tokens differ from greedy's
-
-
-@dataclass(frozen=True)
-class PeerSummary:
-    """Another engine's greedy (--peers) next to this engine's greedy and hf_greedy on the same questions.
-
-    Tokens per second, not speedups: a peer's reply may be longer or shorter than greedy's.
-    """
-
-    workload: str  # or "all"
-    method: str
-    questions: int
-    tokens_per_s: float | None
-    greedy_tokens_per_s: float | None
-    hf_greedy_tokens_per_s: float | None  # None when hf_greedy did not run on every one of these questions
-    same_reply_share: float | None  # replies token for token equal to greedy's; a difference is no LLMA mismatch
-
-
 @dataclass
 class GridCell:
     match_len: int  # n
@@ -209,6 +177,7 @@ class Settings:
     paper_policy: dict  # FixedCopyPolicy's fields
     llma_policy: dict  # AdaptiveCopyPolicy's fields but its cost curve
     grounding: dict = field(default_factory=dict)  # threshold, answers, token_budget of the grounded workloads
+    repetition: dict = field(default_factory=dict)  # the decoding rule greedy and LLMA shared ({}: plain greedy)
 
 
 @dataclass
@@ -292,90 +261,3 @@ def _question(saved: dict) -> QuestionRecord:
     references = [Reference(**ref) for ref in saved["references"]]
     runs = [MethodRun(**run) for run in saved["runs"]]
     return QuestionRecord(**{**saved, "references": references, "runs": runs})
-
-
-# --- summing runs up ------------------------------------------------------------------------------
-
-
-def summarize(workload: str, method: str, records: list[QuestionRecord]) -> Row:
-    measured = [q for q in records if q.run(method)]
-    if not measured:
-        return Row(workload, method, 0, 0, 0.0, None, None, None, None, None, None, None, None, None)
-    runs = [q.run(method) for q in measured]
-    greedy = [q.run("greedy") for q in measured]
-    hf_greedy = [q.run("hf_greedy") for q in measured if q.run("hf_greedy")]
-    seconds = sum(r.seconds for r in runs)
-    tokens = sum(r.tokens for r in runs)
-    passes = sum(r.forward_passes for r in runs)
-    per_question = [q.speedup(method) for q in measured]
-    return Row(
-        workload=workload,
-        method=method,
-        questions=len(runs),
-        tokens=tokens,
-        seconds=seconds,
-        tokens_per_s=tokens / seconds if seconds else None,
-        speedup_vs_greedy=speedup(greedy, runs),
-        speedup_vs_hf_greedy=speedup(hf_greedy, runs) if len(hf_greedy) == len(runs) else None,
-        cpu_speedup_vs_greedy=cpu_speedup(greedy, runs),
-        tokens_per_pass=tokens / passes if passes else None,
-        identical_share=sum(r.identical for r in runs) / len(runs),
-        worst_speedup=min(per_question),
-        median_speedup=statistics.median(per_question),
-        mean_copied_share=statistics.mean(r.copied_tokens / r.tokens if r.tokens else 0.0 for r in runs),
-        mismatches=[q.question for q, r in zip(measured, runs, strict=True) if not r.identical],
-    )
-
-
-def summarize_grounded(workload: str, records: list[QuestionRecord], method: str = "llma") -> GroundedSummary:
-    """`method` (LLMA) on a grounded workload's questions; speedups are sums of seconds, like the rows'."""
-    measured = [q for q in records if q.run(method)]
-    greedy = [q.run("greedy") for q in records]
-    greedy_seconds = sum(r.seconds for r in greedy)
-    shares = [share for q in measured if (share := q.copied_from_approved_share(method)) is not None]
-    worst = min(measured, key=lambda q: q.end_to_end_speedup(method), default=None)
-    runs = [q.run(method) for q in measured]
-    return GroundedSummary(
-        workload=workload,
-        questions=len(records),
-        grounded=sum(q.is_grounded() for q in records),
-        greedy_tokens_per_s=sum(r.tokens for r in greedy) / greedy_seconds if greedy_seconds else None,
-        speedup=speedup([q.run("greedy") for q in measured], runs) if measured else None,
-        end_to_end_speedup=speedup([q.plain_greedy() for q in measured], runs) if measured else None,
-        copied_from_approved=statistics.mean(shares) if shares else None,
-        worst_question=worst.question if worst else None,
-        worst_end_to_end=worst.end_to_end_speedup(method) if worst else None,
-        mismatches=sum(not r.identical for q in records for r in q.runs if r.method in LLMA_METHODS),
-    )
-
-
-def summarize_peer(workload: str, method: str, records: list[QuestionRecord]) -> PeerSummary:
-    """A peer method's tokens/s against greedy's and hf_greedy's, each summed over the questions the peer ran."""
-    measured = [q for q in records if q.run(method)]
-    runs = [q.run(method) for q in measured]
-    hf_greedy = [q.run("hf_greedy") for q in measured if q.run("hf_greedy")]
-    return PeerSummary(
-        workload=workload,
-        method=method,
-        questions=len(runs),
-        tokens_per_s=tokens_per_s(runs),
-        greedy_tokens_per_s=tokens_per_s([q.run("greedy") for q in measured]),
-        hf_greedy_tokens_per_s=tokens_per_s(hf_greedy) if len(hf_greedy) == len(runs) else None,
-        same_reply_share=sum(r.identical for r in runs) / len(runs) if runs else None,
-    )
-
-
-def tokens_per_s(runs: list[MethodRun]) -> float | None:
-    seconds = sum(r.seconds for r in runs)
-    return sum(r.tokens for r in runs) / seconds if seconds else None
-
-
-def grid_cell(n: int, k: int, greedy: list[MethodRun], runs: list[MethodRun]) -> GridCell:
-    """FixedCopyPolicy(n, k) summed over the grid's questions."""
-    if not runs:
-        return GridCell(n, k, None, None, None, None)
-    passes = sum(r.forward_passes for r in runs)
-    tokens = sum(r.tokens for r in runs)
-    identical = sum(r.identical for r in runs) / len(runs)
-    return GridCell(n, k, speedup(greedy, runs), cpu_speedup(greedy, runs), tokens / passes if passes else None,
-                    identical)

@@ -17,7 +17,16 @@ import torch
 import transformers
 from tqdm import tqdm
 
-from bench.methods import METHODS, PEER_METHODS, PLAIN_GREEDY, Decoded, Decoder, paper_policy_json, processor
+from bench.methods import (
+    METHODS,
+    PEER_METHODS,
+    PLAIN_GREEDY,
+    Decoded,
+    Decoder,
+    decoding_rule,
+    paper_policy_json,
+    processor,
+)
 from bench.results import (
     CostCurvePoints,
     GridCell,
@@ -28,9 +37,8 @@ from bench.results import (
     Results,
     Settings,
     StepCost,
-    grid_cell,
-    summarize,
 )
+from bench.summary import grid_cell, summarize
 from bench.workloads import Grounding, Item, Retrieval, prepare_workloads, select_questions
 from data import load_articles, load_questions, load_staff_answers
 
@@ -52,7 +60,8 @@ class BenchConfig:
     workloads: list[str]  # the ones to run, in WORKLOADS order
     grounding: Grounding = Grounding()
     dtype: str = "auto"  # the engine's: auto (as `make run` picks), float32 or bfloat16
-    step_width: int | None = None  # None: measured, as `make run` does; 0: one-token steps
+    rule: str = "dry"  # the decoding rule greedy and LLMA share (methods.RULES): the app's by default
+    step_width: str = "auto"  # "auto": measured, as a first `make run` does; "0": one-token steps; "W"
 
 
 @dataclass(frozen=True)
@@ -179,6 +188,7 @@ def run_bench(config: BenchConfig) -> Results:
     peers = any(m in PEER_METHODS for m in config.methods)
     # Measures the step width and the forward cost curve once, before any timing.
     decoder = Decoder.load(config.max_new_tokens, peers, config.dtype, config.step_width)
+    decoder.repetition = decoding_rule(config.rule)
     clock.lap("load model, measure cost curve")
     articles = load_articles(config.articles)
     selection = select_questions(load_questions(config.workload), articles, config.limit)
@@ -222,4 +232,5 @@ def settings_of(config: BenchConfig, decoder: Decoder, grid_questions: int, cach
         limit=config.limit, repeats=config.repeats, methods=config.methods, grid_questions=grid_questions,
         k=config.retrieval.k, threshold=config.retrieval.threshold, cache_entries=cache_entries,
         paper_policy=paper_policy_json(), llma_policy=decoder.llma_policy_json(), grounding=asdict(config.grounding),
+        repetition=decoder.repetition.to_json(),
     )

@@ -18,13 +18,14 @@ from cache import AnswerCache, Embedder, Hit, NewAnswer
 from chatbot.prompt import (
     DEFAULT_SYSTEM_PROMPT,
     ApprovedAnswer,
-    Turn,
+    Message,
     answer_token_ids,
     build_prompt,
     context_key,
     prompt_hash,
 )
-from chatbot.service import ChatSettings, within_token_budget
+from chatbot.settings import ChatSettings
+from chatbot.turn import within_token_budget
 from data import Question, StaffAnswer, group_questions
 
 WORKLOADS = ("cache_assisted", "rag", "repeat", "followup", "novel", *GROUNDED_WORKLOADS)
@@ -139,7 +140,7 @@ class Workbench:
         self.group_of_entry: dict[int, str] = {}
 
     def prompt(
-        self, question: str, article: str | None = None, history: list[Turn] | None = None,
+        self, question: str, article: str | None = None, history: list[Message] | None = None,
         approved: list[ApprovedAnswer] | None = None,
     ) -> list[int]:
         system, turns = DEFAULT_SYSTEM_PROMPT, history or []
@@ -218,7 +219,7 @@ class Workbench:
     def followup(self, q: Question, first: Question) -> Item:
         """Second turn after the group's first question and its stored greedy answer."""
         answer_ids = self.stored_answer(first.question)
-        history = [Turn("user", first.question), Turn("assistant", self.decoder.text(answer_ids))]
+        history = [Message("user", first.question), Message("assistant", self.decoder.text(answer_ids))]
         prompt_ids = self.prompt(q.question, history=history)
         sources = [Reference("earlier_answer", len(answer_ids))]
         return Item("followup", q.group, q.question, prompt_ids, [answer_ids], sources)

@@ -1,5 +1,6 @@
 """Storage for past answers, served replies and knowledge-base articles; knows nothing about LLMs."""
 
+from cache.browse import SORTS
 from cache.embedder import Embedder
 from cache.records import (
     REVIEW_STATES,
@@ -21,6 +22,7 @@ from cache.vector_index import IndexHit, VectorIndex
 
 __all__ = [
     "REVIEW_STATES",
+    "SORTS",
     "AnswerCache",
     "ArticleHit",
     "ArticleRecord",

@@ -66,9 +66,3 @@ def seconds_saved(reply: Timing) -> float:
         return 0.0
     return reply.greedy_seconds - reply.seconds
 
-
-def number_stat(stats: dict, key: str) -> float | None:
-    """stats[key] as a float, or None when it is missing or not a number."""
-    value = stats.get(key) if isinstance(stats, dict) else None
-    is_number = isinstance(value, int | float) and not isinstance(value, bool)
-    return float(value) if is_number else None

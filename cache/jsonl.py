@@ -7,8 +7,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from cache.dashboard import number_stat
 from cache.records import REVIEW_STATES, ArticleRecord, CachedAnswer, NewAnswer
+from cache.schema import legacy_stat
 
 _REQUIRED = object()
 
@@ -40,7 +40,8 @@ def entry_line(entry: CachedAnswer) -> dict:
         "model_id": entry.model_id,
         "prompt_hash": entry.prompt_hash,
         "article_ids": entry.article_ids,
-        "stats": entry.stats,
+        "stats": entry.stats,  # opaque, for display: the typed fields around it are what import reads
+        "speedup": entry.speedup,
         "review": entry.review,
         "hits": entry.hits,
         "uses": entry.uses,
@@ -76,7 +77,6 @@ def parse_lines(lines: Iterable[str]) -> tuple[list[ImportedEntry], list[Importe
 
 
 def _parse_entry(record: dict) -> ImportedEntry:
-    stats = _field(record, "stats", dict, {})
     answer = NewAnswer(
         question=_field(record, "question", str),
         answer=_field(record, "answer", str),
@@ -86,9 +86,9 @@ def _parse_entry(record: dict) -> ImportedEntry:
         context_key=_field(record, "context_key", str, ""),
         prompt_hash=_field(record, "prompt_hash", str, ""),
         article_ids=_str_list(_field(record, "article_ids", list, []), "article_ids"),
-        stats=stats,
+        stats=_field(record, "stats", dict, {}),
         review=_review(record),
-        speedup=number_stat(stats, "speedup"),
+        speedup=_speedup(record),
     )
     return ImportedEntry(
         answer=answer,
@@ -97,6 +97,21 @@ def _parse_entry(record: dict) -> ImportedEntry:
         created_at=_timestamp(record, "created_at"),
         last_used_at=_timestamp(record, "last_used_at"),
     )
+
+
+def _speedup(record: dict) -> float | None:
+    """The typed "speedup" field, or for a file exported before it existed, the one inside its stats."""
+    if "speedup" not in record:
+        return _speedup_from_old_stats(record)
+    value = record["speedup"]
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+        raise ValueError("field 'speedup' should be a number or null")
+    return float(value) if value is not None else None
+
+
+def _speedup_from_old_stats(record: dict) -> float | None:
+    """Files exported before entries carried a typed "speedup" had it only inside "stats"."""
+    return legacy_stat(_field(record, "stats", dict, {}), "speedup")
 
 
 def _parse_article(record: dict) -> ImportedArticle:

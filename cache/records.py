@@ -78,6 +78,8 @@ class NewReply:
     speedup: float | None = None
     seconds: float | None = None
     greedy_seconds: float | None = None
+    tokens_per_forward_pass: float | None = None  # None: not measured; the dashboard plots it
+    stop_reason: str | None = None  # how the reply ended: "eos", "repetition" or "limit" (the token limit)
     prompt_ids: list[int] | None = None
     token_ids: list[int] | None = None
     reference_entry_ids: list[int] = field(default_factory=list)
@@ -106,6 +108,8 @@ class ReplyRecord:
     measured_speedup: float | None
     session_id: str
     created_at: datetime
+    tokens_per_forward_pass: float | None = None
+    stop_reason: str | None = None
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,8 @@ def reply_record(reply: Reply) -> ReplyRecord:
         measured_speedup=reply.measured_speedup,
         session_id=reply.session_id,
         created_at=reply.created_at,
+        tokens_per_forward_pass=reply.tokens_per_forward_pass,
+        stop_reason=reply.stop_reason,
     )
 
 

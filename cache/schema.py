@@ -1,4 +1,4 @@
-"""SQLAlchemy rows: cached answers, served replies, knowledge-base articles and cache settings."""
+"""SQLAlchemy rows: cached answers, served replies, knowledge-base articles, cache and deployment settings."""
 
 from __future__ import annotations
 
@@ -30,8 +30,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from cache.dashboard import number_stat
-
+DB_FILE = "cache.sqlite3"  # the SQLite file in a data folder, when no database URL is given
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 STARTUP_LOCK_KEY = 0x11A_CAC4E  # any constant: the PostgreSQL advisory lock replicas take while opening
 
@@ -103,6 +102,8 @@ class Reply(Base):
     speedup: Mapped[float | None] = mapped_column(Float)
     seconds: Mapped[float | None] = mapped_column(Float)
     greedy_seconds: Mapped[float | None] = mapped_column(Float)  # the estimate the speedup was computed from
+    tokens_per_forward_pass: Mapped[float | None] = mapped_column(Float)  # None: not measured (one-token steps)
+    stop_reason: Mapped[str | None] = mapped_column(String(16))  # "eos", "repetition", "limit"; None: not recorded
     prompt_ids: Mapped[list[int] | None] = mapped_column(JSON)  # so that Verify can rerun exactly this decode
     token_ids: Mapped[list[int] | None] = mapped_column(JSON)
     reference_entry_ids: Mapped[list[int]] = mapped_column(JSON)
@@ -135,6 +136,16 @@ class Setting(Base):
 
     key: Mapped[str] = mapped_column(String(255), primary_key=True)
     value: Mapped[str] = mapped_column(Text)
+
+
+class DeploymentSetting(Base):
+    """A value every replica sharing this database agrees on: the first to claim a name wins (cache/deployment.py)."""
+
+    __tablename__ = "deployment_settings"
+
+    name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)
+    set_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utc_now)
 
 
 class ChangeCounter(Base):
@@ -229,22 +240,42 @@ def add_missing_columns(engine: Engine) -> set[str]:
 
 
 def backfill_timing_columns(engine: Engine, added: set[str]) -> None:
-    """Fill the speedup and timing columns just added from the stats JSON the rows already hold."""
+    """One-time migration: fill the typed columns just added from the stats JSON older rows hold.
+
+    The only place (with jsonl's import of old files) that reads the stats blob by key: once a column
+    exists, writers fill it and the blob is for display only.
+    """
     with engine.begin() as connection:
         if "entries.speedup" in added:
             for row in connection.execute(select(Entry.id, Entry.stats)).all():
-                speedup = number_stat(row.stats, "speedup")
+                speedup = legacy_stat(row.stats, "speedup")
                 connection.execute(update(Entry).where(Entry.id == row.id).values(speedup=speedup))
-        if "replies.speedup" in added:
+        if added & {"replies.speedup", "replies.tokens_per_forward_pass"}:
             for row in connection.execute(select(Reply.id, Reply.stats)).all():
-                stats = row.stats if isinstance(row.stats, dict) else {}
-                connection.execute(
-                    update(Reply).where(Reply.id == row.id).values(
-                        speedup=number_stat(stats, "speedup"), seconds=number_stat(stats, "seconds"),
-                        greedy_seconds=number_stat(stats, "greedy_seconds_estimate"),
-                        prompt_ids=stats.get("prompt_ids"), token_ids=stats.get("token_ids"),
-                    )
-                )
+                values = _legacy_reply_values(row.stats, added)
+                connection.execute(update(Reply).where(Reply.id == row.id).values(**values))
+
+
+def _legacy_reply_values(stats: dict, added: set[str]) -> dict:
+    """The values of the just-added reply columns that an old row's stats JSON holds."""
+    stats = stats if isinstance(stats, dict) else {}
+    values = {}
+    if "replies.speedup" in added:
+        values.update(
+            speedup=legacy_stat(stats, "speedup"), seconds=legacy_stat(stats, "seconds"),
+            greedy_seconds=legacy_stat(stats, "greedy_seconds_estimate"),
+            prompt_ids=stats.get("prompt_ids"), token_ids=stats.get("token_ids"),
+        )
+    if "replies.tokens_per_forward_pass" in added:
+        values["tokens_per_forward_pass"] = legacy_stat(stats, "tokens_per_forward_pass")
+    return values
+
+
+def legacy_stat(stats: dict, key: str) -> float | None:
+    """stats[key] as a float, or None when missing or not a number: for rows and files older than the columns."""
+    value = stats.get(key) if isinstance(stats, dict) else None
+    is_number = isinstance(value, int | float) and not isinstance(value, bool)
+    return float(value) if is_number else None
 
 
 def _configure_sqlite(dbapi_connection, _connection_record) -> None:

@@ -15,9 +15,8 @@ from pathlib import Path
 from sqlalchemy import JSON, Engine, Integer, String, Text, delete, func, select
 from sqlalchemy.orm import Mapped, mapped_column, sessionmaker
 
-from cache.schema import Base, UtcDateTime, create_db_engine, utc_now
+from cache.schema import DB_FILE, Base, UtcDateTime, create_db_engine, utc_now
 
-DB_FILE = "cache.sqlite3"  # the same database file AnswerCache opens in a data folder
 EXPORT_BATCH = 500
 
 

@@ -5,6 +5,7 @@ The records the services return are re-exported here, so that the web UI needs n
 
 from cache import (
     REVIEW_STATES,
+    SORTS,
     ArticleRecord,
     AuditFilter,
     AuditRecord,
@@ -18,14 +19,18 @@ from cache import (
 )
 
 from .accounts import ROLES, Accounts, Bootstrap, PermissionDenied, StaffAccount
-from .admin import ACTIONS, AdminService
+from .admin import ACTIONS, AdminService, EngineSummary
 from .admission import Admission, ChatBusy, ChatLimits
 from .prompt import InputError
-from .service import ChatService, ChatSettings, Reply, ReplyReferences, Span, Verification
+from .replies import Reply, ReplyReferences, Span, Verification
+from .seed import Seed
+from .service import ChatService
+from .settings import ChatSettings
 from .stats import ArticleUse, ReferenceUse, ReplyStats
 
 __all__ = [
     "REVIEW_STATES",
+    "SORTS",
     "ACTIONS",
     "Accounts",
     "Admission",
@@ -46,6 +51,7 @@ __all__ = [
     "ChatService",
     "ChatSettings",
     "DashboardStats",
+    "EngineSummary",
     "EntryPage",
     "InputError",
     "QuestionCount",
@@ -54,6 +60,7 @@ __all__ = [
     "ReplyRecord",
     "ReplyReferences",
     "ReplyStats",
+    "Seed",
     "Span",
     "Verification",
 ]

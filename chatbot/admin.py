@@ -7,6 +7,7 @@ writes exactly one audit row after it succeeded; a refused call writes one `deni
 """
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 from cache import (
@@ -24,8 +25,19 @@ from cache import (
 )
 
 from .accounts import Accounts, PermissionDenied, StaffAccount, outranks
+from .deployment import step_width_key
 from .prompt import InputError, answer_token_ids
-from .service import ChatService, Verification
+from .replies import Verification
+from .service import ChatService
+
+
+@dataclass(frozen=True)
+class EngineSummary:
+    """How this replica decodes, and the step width the deployment chose (kept in its database)."""
+
+    line: str  # the engine line printed at start
+    step_width: int | None  # this replica's: every decode forward this wide; None: one-token steps
+    deployment_step_width: int | None  # the first choice of "auto", shared by every replica; None: none stored
 
 # Audit action names; "approve", "reject" and "unreview" change the review state of cached answers.
 REVIEW_ACTIONS = {"approved": "approve", "rejected": "reject", "candidate": "unreview"}
@@ -40,7 +52,7 @@ class AdminService:
     def __init__(self, cache: AnswerCache, chat: ChatService, accounts: Accounts) -> None:
         self.cache, self.chat = cache, chat  # chat: its tokenizer for edited answers, its model for verify
         self.accounts = accounts
-        self.audit_log = accounts.store
+        self.staff_store = accounts.store
 
     # --- who may do what ---------------------------------------------------------------------------
 
@@ -50,7 +62,7 @@ class AdminService:
         if account is not None and outranks(account.role, role):
             return account
         have = account.role if account else "no account"
-        self.audit_log.record(actor or "(anonymous)", "denied", entry_id, details={"action": action, "role": have})
+        self.staff_store.record(actor or "(anonymous)", "denied", entry_id, details={"action": action, "role": have})
         raise PermissionDenied(f"Only an {role} may do this ({action}); {actor or 'nobody'} is {have}.")
 
     def account(self, actor: str) -> StaffAccount | None:
@@ -59,7 +71,7 @@ class AdminService:
     def record_login(self, name: str, ok: bool, address: str, reason: str = "") -> None:
         """One audit row per login attempt (called by the login route, which knows the client's address)."""
         details = {"address": address, **({"reason": reason} if reason else {})}
-        self.audit_log.record(name or "(empty)", "login" if ok else "login_failed", details=details)
+        self.staff_store.record(name or "(empty)", "login" if ok else "login_failed", details=details)
 
     def authenticate(self, name: str, password: str) -> StaffAccount | None:
         return self.accounts.authenticate(name, password)
@@ -93,7 +105,7 @@ class AdminService:
         self.require_role(actor, "admin", action, entry_ids[0] if len(entry_ids) == 1 else None)
         changed = self.cache.set_review(entry_ids, review)
         for entry_id in changed:
-            self.audit_log.record(actor, action, entry_id, details={"review": review})
+            self.staff_store.record(actor, action, entry_id, details={"review": review})
         return len(changed)
 
     def get_entry(self, actor: str, entry_id: int) -> CachedAnswer | None:
@@ -123,7 +135,7 @@ class AdminService:
         details = {"before": _texts(entry.question, entry.answer), "after": _texts(question, answer)}
         if proposal_id is not None:
             details["proposal_id"] = proposal_id
-        self.audit_log.record(actor, "edit", entry.id, details=details)
+        self.staff_store.record(actor, "edit", entry.id, details=details)
         return True
 
     def delete_entry(self, actor: str, entry_id: int) -> bool:
@@ -132,13 +144,13 @@ class AdminService:
         entry = self.cache.get_entry(entry_id)
         if entry is None or not self.cache.delete_entry(entry_id):
             return False
-        self.audit_log.record(actor, "delete", entry_id, details={"before": _texts(entry.question, entry.answer)})
+        self.staff_store.record(actor, "delete", entry_id, details={"before": _texts(entry.question, entry.answer)})
         return True
 
     def entry_history(self, actor: str, entry_id: int) -> list[AuditRecord]:
         """Every audit row about this entry, newest first."""
         self.require_role(actor, "agent", "entry_history", entry_id)
-        return self.audit_log.audit(AuditFilter(entry_id=entry_id))
+        return self.staff_store.audit(AuditFilter(entry_id=entry_id))
 
     # --- edit proposals ----------------------------------------------------------------------------
 
@@ -152,22 +164,22 @@ class AdminService:
             raise InputError("Question and answer must not be empty.")
         if (question, answer) == (entry.question, entry.answer):
             raise InputError("The proposal changes nothing.")
-        proposal_id = self.audit_log.add_proposal(entry_id, question, answer, actor)
+        proposal_id = self.staff_store.add_proposal(entry_id, question, answer, actor)
         details = {"proposal_id": proposal_id, "after": _texts(question, answer)}
-        self.audit_log.record(actor, "propose", entry_id, details=details)
+        self.staff_store.record(actor, "propose", entry_id, details=details)
         return proposal_id
 
     def pending_proposals(self, actor: str) -> list[ProposalRecord]:
         self.require_role(actor, "agent", "list_proposals")
-        return self.audit_log.pending_proposals()
+        return self.staff_store.pending_proposals()
 
     def apply_proposal(self, actor: str, proposal_id: int) -> bool:
         """Apply a pending proposal as an edit (audited as that edit); False when it is no longer pending."""
-        proposal = self.audit_log.get_proposal(proposal_id)
+        proposal = self.staff_store.get_proposal(proposal_id)
         self.require_role(actor, "admin", "edit", proposal.entry_id if proposal else None)
         if proposal is None or proposal.status != "pending":
             return False
-        if not self.audit_log.decide_proposal(proposal_id, "applied", actor):  # first, so it applies only once
+        if not self.staff_store.decide_proposal(proposal_id, "applied", actor):  # first, so it applies only once
             return False
         try:
             if self.edit_entry(actor, proposal.entry_id, proposal.question, proposal.answer, proposal_id):
@@ -176,15 +188,15 @@ class AdminService:
         except KeyError:
             reason = "the entry was deleted"
         details = {"proposal_id": proposal_id, "reason": reason}
-        self.audit_log.record(actor, "dismiss_proposal", proposal.entry_id, details=details)
+        self.staff_store.record(actor, "dismiss_proposal", proposal.entry_id, details=details)
         return False
 
     def dismiss_proposal(self, actor: str, proposal_id: int) -> bool:
-        proposal = self.audit_log.get_proposal(proposal_id)
+        proposal = self.staff_store.get_proposal(proposal_id)
         self.require_role(actor, "admin", "dismiss_proposal", proposal.entry_id if proposal else None)
-        if proposal is None or not self.audit_log.decide_proposal(proposal_id, "dismissed", actor):
+        if proposal is None or not self.staff_store.decide_proposal(proposal_id, "dismissed", actor):
             return False
-        self.audit_log.record(actor, "dismiss_proposal", proposal.entry_id, details={"proposal_id": proposal_id})
+        self.staff_store.record(actor, "dismiss_proposal", proposal.entry_id, details={"proposal_id": proposal_id})
         return True
 
     # --- served replies ----------------------------------------------------------------------------
@@ -224,7 +236,7 @@ class AdminService:
         before = self.cache.get_article(article_id)
         saved = self.cache.upsert_article(article_id, title, body)
         details = {"before": _article(before) if before else None, "after": _article(saved)}
-        self.audit_log.record(actor, "article_save", target=f"article:{article_id}", details=details)
+        self.staff_store.record(actor, "article_save", target=f"article:{article_id}", details=details)
         return saved
 
     def delete_article(self, actor: str, article_id: str) -> bool:
@@ -233,7 +245,7 @@ class AdminService:
         before = self.cache.get_article(article_id)
         if before is None or not self.cache.delete_article(article_id):
             return False
-        self.audit_log.record(actor, "article_delete", target=f"article:{article_id}",
+        self.staff_store.record(actor, "article_delete", target=f"article:{article_id}",
                               details={"before": _article(before)})
         return True
 
@@ -242,6 +254,12 @@ class AdminService:
     def dashboard_stats(self, actor: str) -> DashboardStats:
         self.require_role(actor, "agent", "dashboard")
         return self.cache.dashboard_stats()
+
+    def engine_summary(self, actor: str) -> EngineSummary:
+        self.require_role(actor, "agent", "dashboard")
+        engine = self.chat.engine
+        stored = self.cache.deployment_setting(step_width_key(engine.model_id, engine.model))
+        return EngineSummary(engine.describe(), engine.step_width, int(stored) if stored is not None else None)
 
     def reply_series(self, actor: str) -> list[dict]:
         """One point per reply, oldest first: created_at, speedup, tokens_per_forward_pass, seconds_saved."""
@@ -252,7 +270,7 @@ class AdminService:
         """Write every cached answer and article to `path` as JSON Lines; returns the number of lines."""
         self.require_role(actor, "admin", "export")
         count = self.cache.export_jsonl(path)
-        self.audit_log.record(actor, "export", target=Path(path).name, details={"records": count})
+        self.staff_store.record(actor, "export", target=Path(path).name, details={"records": count})
         return count
 
     def import_jsonl(self, actor: str, path: str | Path, approve: bool = False) -> int:
@@ -263,7 +281,7 @@ class AdminService:
         self.require_role(actor, "admin", "import")
         count = self.cache.import_jsonl(path, approve=approve)
         details = {"records": count, "approved": approve}
-        self.audit_log.record(actor, "import", target=Path(path).name, details=details)
+        self.staff_store.record(actor, "import", target=Path(path).name, details=details)
         return count
 
     # --- staff accounts and the audit log -----------------------------------------------------------
@@ -290,7 +308,7 @@ class AdminService:
 
     def audit(self, actor: str, which: AuditFilter = ALL, limit: int = 200) -> list[AuditRecord]:
         self.require_role(actor, "admin", "read_audit")
-        return self.audit_log.audit(which, limit)
+        return self.staff_store.audit(which, limit)
 
     def export_audit(self, actor: str, path: str | Path, which: AuditFilter = ALL) -> int:
         """Write the matching audit rows to `path` as JSON Lines, oldest first; returns how many.
@@ -300,7 +318,7 @@ class AdminService:
         self.require_role(actor, "admin", "export_audit")
         count = 0
         with open(path, "w", encoding="utf-8") as out:
-            for record in self.audit_log.iter_audit(which):
+            for record in self.staff_store.iter_audit(which):
                 out.write(json.dumps(record.to_json(), ensure_ascii=False) + "\n")
                 count += 1
         return count

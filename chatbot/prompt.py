@@ -13,7 +13,9 @@ DEFAULT_SYSTEM_PROMPT = (
 
 
 @dataclass(frozen=True)
-class Turn:
+class Message:
+    """One message of the conversation before the question."""
+
     role: str  # "user" or "assistant"
     content: str
 
@@ -34,7 +36,7 @@ def clean_text(text: str) -> str:
     return "".join(ch for ch in text if ch in "\n\t" or unicodedata.category(ch) not in ("Cc", "Cs", "Co"))
 
 
-def parse_history(history: object, max_chars: int) -> list[Turn]:
+def parse_history(history: object, max_chars: int) -> list[Message]:
     """Validate a chat history given as [{"role": ..., "content": ...}, ...]."""
     if history is None:
         return []
@@ -47,7 +49,7 @@ def parse_history(history: object, max_chars: int) -> list[Turn]:
         content = item.get("content")
         if not isinstance(content, str):
             raise InputError(f"history item {i} needs a text 'content'")
-        turns.append(Turn(item["role"], clean_text(content)[:max_chars]))
+        turns.append(Message(item["role"], clean_text(content)[:max_chars]))
     return turns
 
 
@@ -60,11 +62,14 @@ class ApprovedAnswer:
 
 
 ARTICLE_HEADER = "Use this help article when it answers the question:"
+# Where approved answers go: "system" (after the article, under APPROVED_HEADER) or "turn" (as an earlier
+# exchange, the approved question asked and answered, before the conversation).
+LAYOUTS = ("system", "turn")
 APPROVED_HEADER = "An approved answer to a similar question (reuse its wording where it fits):"
 
 
 def system_message(system_prompt: str, article: str | None, approved: Sequence[ApprovedAnswer] = ()) -> str:
-    """The system prompt, then the help article, then approved answers: one fixed template."""
+    """The system prompt, then the help article, then approved answers (under the "system" layout)."""
     parts = [system_prompt]
     if article:
         parts.append(f"{ARTICLE_HEADER}\n\n{article}")
@@ -76,24 +81,31 @@ def build_prompt(
     tokenizer,
     system_prompt: str,
     article: str | None,
-    history: list[Turn],
+    history: list[Message],
     question: str,
     max_prompt_tokens: int,
     approved: Sequence[ApprovedAnswer] = (),
+    layout: str = "system",
 ) -> Prompt:
     """Chat-template the turn; the oldest history turns go first when the prompt is too long.
 
-    Rule: the system prompt (with its article and approved answers) and the question are always kept;
+    Rule: the system prompt (with its article), the approved answers and the question are always kept;
     earlier turns are dropped oldest first, a user turn together with the answer that followed it.
     """
-    system = {"role": "system", "content": system_message(system_prompt, article, approved)}
+    if layout not in LAYOUTS:
+        raise ValueError(f"prompt layout must be one of {', '.join(LAYOUTS)}, not {layout!r}")
+    in_system = approved if layout == "system" else ()
+    head = [{"role": "system", "content": system_message(system_prompt, article, in_system)}]
+    if layout == "turn":
+        head += [m for a in approved for m in ({"role": "user", "content": a.question},
+                                                 {"role": "assistant", "content": a.answer})]
     question_msg = {"role": "user", "content": question}
     # Count each turn once to find where to start, so a huge history costs one tokenization, not one per
     # dropped pair; the loop below then confirms with the real template (usually in one pass).
-    dropped = _turns_that_do_not_fit(tokenizer, system, question_msg, history, max_prompt_tokens)
+    dropped = _turns_that_do_not_fit(tokenizer, head, question_msg, history, max_prompt_tokens)
     turns = [{"role": t.role, "content": t.content} for t in history[dropped:]]
     while True:
-        messages = [system, *turns, question_msg]
+        messages = [*head, *turns, question_msg]
         ids = encode_messages(tokenizer, messages)
         if len(ids) <= max_prompt_tokens or not turns:
             break
@@ -107,10 +119,10 @@ def build_prompt(
     return Prompt(ids=ids, messages=messages, dropped_turns=dropped)
 
 
-def _turns_that_do_not_fit(tokenizer, system: dict, question: dict, history: list[Turn], limit: int) -> int:
+def _turns_that_do_not_fit(tokenizer, head: list[dict], question: dict, history: list[Message], limit: int) -> int:
     """How many of the oldest turns to leave out, estimated from per-turn token counts (whole pairs)."""
-    base = len(encode_messages(tokenizer, [system, question]))
-    overhead = len(encode_messages(tokenizer, [system, {"role": "user", "content": ""}, question])) - base
+    base = len(encode_messages(tokenizer, [*head, question]))
+    overhead = len(encode_messages(tokenizer, [*head, {"role": "user", "content": ""}, question])) - base
     budget, first = limit - base, len(history)
     for i in range(len(history) - 1, -1, -1):
         budget -= len(tokenizer(history[i].content, add_special_tokens=False)["input_ids"]) + overhead
@@ -132,7 +144,7 @@ def encode_messages(tokenizer, messages: list[dict]) -> list[int]:
     return list(encoded["input_ids"])
 
 
-def context_key(history: list[Turn]) -> str:
+def context_key(history: list[Message]) -> str:
     """Hash of the conversation a question was asked in; equal contexts give equal prompts."""
     payload = json.dumps([[t.role, t.content] for t in history], ensure_ascii=False)
     return hashlib.sha256(payload.encode()).hexdigest()[:32]

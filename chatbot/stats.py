@@ -1,8 +1,8 @@
 """What a reply cost and where its tokens came from: shown under each reply, stored with it, read by the dashboard."""
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
-from decoding import ONE_TOKEN_STEPS, StepConfig
+from decoding import ONE_TOKEN_STEPS, REPETITION_OFF, RepetitionRule, StepConfig
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,12 @@ class ReplyStats:
     copied_from_reply: int = 0
     article: ArticleUse | None = None
     history_trimmed: int = 0
-    finished: bool = False  # ended by EOS or the token limit, not stopped
+    finished: bool = False  # ended by EOS, the stop rule or the token limit, not stopped by the customer
+    stop_reason: str = ""  # "eos", "repetition" (cut where it began repeating) or "limit"; "" while running
+    # The repetition rule the reply was decoded under (RepetitionRule.to_json()); {} for replies made before it,
+    # which were plain greedy. Verify reruns the same rule.
+    repetition: dict = field(default_factory=dict)
+    max_new_tokens: int = 0  # the budget it was decoded with (0: not recorded)
     step_width: int | None = None  # every decode forward this wide (None: one-token steps)
     cache_len: int | None = None  # the preallocated KV cache of W-wide steps
     forward: str = "transformers"  # "packed" (decoding/packed.py) or transformers' (every reply before it)
@@ -50,9 +55,14 @@ class ReplyStats:
         """The decode step shape this reply ran with, so that a rerun of greedy decoding is bit-comparable."""
         return StepConfig(self.step_width, self.cache_len) if self.step_width else ONE_TOKEN_STEPS
 
+    def rule(self) -> RepetitionRule:
+        """The decoding rule this reply equals, so that Verify reruns the same one."""
+        return RepetitionRule.from_json(self.repetition) if self.repetition else REPETITION_OFF
+
     @property
-    def seconds_saved(self) -> float:
-        return self.greedy_seconds_estimate - self.seconds
+    def hit_limit(self) -> bool:
+        """Stopped by the token limit, not by its own end: such a reply is likely cut off mid-thought."""
+        return self.stop_reason == "limit"
 
     def to_json(self) -> dict:
         return asdict(self)

@@ -1,6 +1,7 @@
 """LLMA decoding (Inference with Reference, Yang et al. 2023): lossless, reference-assisted greedy decoding."""
 
-from .cost_model import CostCurve, choose_step_width, load_or_measure, measure_cost_curve, resolve_step_width
+from .cost_model import CostCurve, choose_step_width, load_or_measure, measure_cost_curve
+from .engine import AUTO, ONE_TOKEN, Engine, EngineConfigError, StepWidth, build_engine, check_lossless, load_engine
 from .forward import wants_fixed_width
 from .greedy import greedy_generate, greedy_stream
 from .hardware import CpuFeatures, cpu_features, pick_device, pick_dtype
@@ -9,6 +10,7 @@ from .model_loading import ModelLoadError, load_model, prepare_bundled_model
 from .packed import PackedLlama, forward_name, pack_model, packing_refusal
 from .policy import AdaptiveCopyPolicy, CopyPolicy, Drafter, FixedCopyPolicy, best_copy_len
 from .reference_index import OUTPUT_SOURCE, PROMPT_SOURCE, Match, ReferenceIndex
+from .repetition import NAMED_RULES, RECOMMENDED_REPETITION_RULE, REPETITION_OFF, RepetitionRule
 from .result import Chunk, CopiedRun, DecodeResult
 from .steps import (
     ONE_TOKEN_STEPS,
@@ -19,13 +21,20 @@ from .steps import (
 )
 
 __all__ = [
+    "AUTO",
+    "ONE_TOKEN",
+    "Engine",
+    "EngineConfigError",
+    "StepWidth",
+    "build_engine",
+    "check_lossless",
+    "load_engine",
     "ONE_TOKEN_STEPS",
     "UNKNOWN",
     "CpuFeatures",
     "StepConfig",
     "choose_step_width",
     "wants_fixed_width",
-    "resolve_step_width",
     "sized_steps",
     "cpu_features",
     "pick_device",
@@ -50,6 +59,10 @@ __all__ = [
     "pack_model",
     "packing_refusal",
     "ReferenceIndex",
+    "NAMED_RULES",
+    "RECOMMENDED_REPETITION_RULE",
+    "REPETITION_OFF",
+    "RepetitionRule",
     "Verifier",
     "best_copy_len",
     "greedy_generate",

@@ -162,12 +162,3 @@ def choose_step_width(model, cache_file: Path | None = None) -> int | None:
     width = max(flat) if flat else min(STEP_WIDTHS)
     _store(cache_file, key, width)
     return width
-
-
-def resolve_step_width(setting: int | None, model, cache_file: Path | None = None) -> int | None:
-    """A step-width setting made concrete: None chooses (choose_step_width), 0 means one-token steps."""
-    if setting is None:
-        return choose_step_width(model, cache_file)
-    if setting < 0:
-        raise ValueError(f"step width must be 0 (one-token steps) or positive, not {setting}")
-    return setting or None

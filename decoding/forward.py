@@ -7,6 +7,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import Cache, StaticLayer
 
 from .packed import PackedLlama, PackedRunner
+from .repetition import REPETITION_OFF, RepetitionRule
 from .steps import ONE_TOKEN_STEPS, StepConfig, verify_in_blocks
 
 
@@ -72,31 +73,56 @@ class HfRunner:
 
 
 def open_runner(model, steps: StepConfig) -> "HfRunner | PackedRunner":
-    """The packed forward for a packed model under a step width, else transformers' own."""
+    """The forward `model` is: packed for a PackedLlama (W-wide steps only; decoding.engine decides), else
+    transformers' own. Nothing here swaps one forward for another, so a label read off the model is right."""
     if isinstance(model, PackedLlama):
-        return PackedRunner(model, steps) if steps.width is not None else HfRunner(model.source, steps)
+        return PackedRunner(model, steps)
     return HfRunner(model, steps)
 
 
 class ModelVerifier:
-    """The model's greedy choices for the pending token and a draft, in forwards shaped by `steps`.
+    """The model's choices for the pending token and a draft, in forwards shaped by `steps`, under `repetition`.
 
-    A plain greedy step is a verification with no draft, so greedy and LLMA run the same forwards.
+    A plain greedy step is a verification with no draft, so greedy and LLMA run the same forwards and choose
+    each token by the same rule from the same logits row and the same reply before it.
     """
 
-    def __init__(self, model, prompt_ids: Sequence[int], steps: StepConfig = ONE_TOKEN_STEPS) -> None:
-        self.prompt_ids, self.steps = prompt_ids, steps
+    def __init__(
+        self, model, prompt_ids: Sequence[int], steps: StepConfig = ONE_TOKEN_STEPS,
+        repetition: RepetitionRule = REPETITION_OFF,
+    ) -> None:
+        self.prompt_ids, self.steps, self.repetition = prompt_ids, steps, repetition
         self.runner = open_runner(model, steps)
         self.fed = len(prompt_ids)  # positions held in the KV cache, padding and rejected drafts excluded
         self.forward_passes = 0
 
     def first_token(self) -> int:
         self.forward_passes += 1
-        return int(self.runner.prefill(self.prompt_ids).argmax())
+        return self.repetition.choose(self.runner.prefill(self.prompt_ids), [])
 
-    def verify(self, inputs: list[int]) -> list[int]:
-        """The model's greedy token after each of `inputs` (k + 1 of them)."""
-        return verify_in_blocks(inputs, self.steps, self.fed, self._forward_block)
+    def verify(self, inputs: list[int], reply: Sequence[int] = ()) -> list[int]:
+        """The model's choice after each of `inputs` (the pending token, then k drafts).
+
+        `reply` is the reply so far, ending with the pending token; row j chooses as if the reply were
+        `reply` + draft[:j], which is what a one-token step there would see.
+        """
+        rows_done = 0  # a block's first row is input `rows_done`: the reply before it gained inputs[1 : rows_done + 1]
+
+        def forward_block(block: list[int]) -> list[int]:
+            nonlocal rows_done
+            self.forward_passes += 1
+            before = [*reply, *inputs[1 : rows_done + 1]]
+            choices = self._choose(self.runner.step(block), before, inputs[rows_done + 1 :])
+            rows_done += len(block)
+            return choices
+
+        return verify_in_blocks(inputs, self.steps, self.fed, forward_block)
+
+    def _choose(self, logits: torch.Tensor, reply: Sequence[int], drafts: Sequence[int]) -> list[int]:
+        """Row j of `logits` (n, V) chooses as if the reply were `reply` + drafts[:j]."""
+        if not self.repetition.changes_choice:
+            return logits.argmax(dim=-1).tolist()
+        return [self.repetition.choose(row, [*reply, *drafts[:j]]) for j, row in enumerate(logits)]
 
     def keep(self, n_inputs: int) -> None:
         """Roll back: the cache keeps the pending token and the accepted drafts, no rejected or padding entry."""
@@ -107,10 +133,6 @@ class ModelVerifier:
         """Forget every position from `length` on (the cost model re-times steps over one context)."""
         self.fed = length
         self.runner.truncate(length)
-
-    def _forward_block(self, block: list[int]) -> list[int]:
-        self.forward_passes += 1
-        return self.runner.step(block).argmax(dim=-1).tolist()
 
 
 def step_logits(model: torch.nn.Module, block: list[int], cache: Cache, steps: StepConfig) -> torch.Tensor:

@@ -1,4 +1,8 @@
-"""Plain greedy decoding, one token per forward pass: the honest baseline LLMA must equal."""
+"""Greedy decoding, one token per forward pass: the honest baseline LLMA must equal.
+
+Greedy here is the engine's decoding rule: the argmax, under a `RepetitionRule` when one is given (plain
+argmax by default), decided from each position's logits and the reply before it.
+"""
 
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -6,6 +10,7 @@ from collections.abc import Callable, Iterator, Sequence
 import torch
 
 from .forward import ModelVerifier
+from .repetition import REPETITION_OFF, RepetitionRule
 from .result import Chunk, DecodeResult, check_inputs
 from .steps import ONE_TOKEN_STEPS, StepConfig
 
@@ -18,6 +23,7 @@ def greedy_stream(
     eos_token_id: int | None = None,
     result: DecodeResult | None = None,
     steps: StepConfig = ONE_TOKEN_STEPS,
+    repetition: RepetitionRule = REPETITION_OFF,
 ) -> Iterator[Chunk]:
     """Yields each token as the model chooses it; each step is a verification of no draft."""
     check_inputs(prompt_ids, max_new_tokens)
@@ -26,17 +32,18 @@ def greedy_stream(
     start = time.perf_counter()
     if max_new_tokens == 0:
         return
-    verifier = ModelVerifier(model, prompt_ids, steps)
+    verifier = ModelVerifier(model, prompt_ids, steps, repetition)
     token = verifier.first_token()
     result.prefill_seconds = time.perf_counter() - start
     while True:
         result.forward_passes = verifier.forward_passes
-        result.accept([token], max_new_tokens, eos_token_id)
+        result.accept([token], max_new_tokens, eos_token_id, repetition)
+        dropped = result.drop_repeat()  # the stop rule cuts the reply where its repetition began
         result.seconds = time.perf_counter() - start
-        yield Chunk([token], copied=0, source=None, drafted=0, result=result)
-        if result.done(max_new_tokens):
+        yield Chunk([token], copied=0, source=None, drafted=0, result=result, dropped=dropped)
+        if result.done():
             return
-        token = verifier.verify([token])[0]
+        token = verifier.verify([token], result.tokens)[0]
         verifier.keep(1)
 
 
@@ -47,9 +54,10 @@ def greedy_generate(
     eos_token_id: int | None = None,
     on_chunk: Callable[[Chunk], None] | None = None,
     steps: StepConfig = ONE_TOKEN_STEPS,
+    repetition: RepetitionRule = REPETITION_OFF,
 ) -> DecodeResult:
     result = DecodeResult()
-    for chunk in greedy_stream(model, prompt_ids, max_new_tokens, eos_token_id, result, steps):
+    for chunk in greedy_stream(model, prompt_ids, max_new_tokens, eos_token_id, result, steps, repetition):
         if on_chunk is not None:
             on_chunk(chunk)
     return result

@@ -1,9 +1,10 @@
 """LLMA decoding: reads like the paper's algorithm.
 
 Find a match of the text so far in the references, copy the tokens that follow it, verify them all in
-one forward pass, accept the longest prefix equal to the model's greedy choices plus the model's next
-token, and roll the KV cache back. The loop runs over a `Verifier`: the model, or a replay of a known
-greedy reply (decoding/simulate.py) for tuning policies without it.
+one forward pass, accept the longest prefix equal to the model's choices plus the model's next token, and
+roll the KV cache back. The model's choice is greedy's, or greedy's under a `RepetitionRule` (decided row by
+row from the reply before each position, decoding/repetition.py). The loop runs over a `Verifier`: the
+model, or a replay of a known reply (decoding/simulate.py) for tuning policies without it.
 """
 
 import time
@@ -16,6 +17,7 @@ import torch
 from .forward import ModelVerifier
 from .policy import CopyPolicy
 from .reference_index import OUTPUT_SOURCE, PROMPT_SOURCE, Match, ReferenceIndex
+from .repetition import REPETITION_OFF, RepetitionRule
 from .result import Chunk, CopiedRun, DecodeResult, check_inputs
 from .steps import ONE_TOKEN_STEPS, StepConfig
 
@@ -30,19 +32,24 @@ class LlmaOptions:
     use_output: bool = True  # so is the reply so far
     max_match_len: int = 12  # longest suffix of the text so far that is looked up
     lead_in_len: int = 4  # prompt tokens (the chat template's assistant header) put before each reference
+    repetition: RepetitionRule = REPETITION_OFF  # the decoding rule LLMA equals: plain greedy by default
 
 
 DEFAULT_OPTIONS = LlmaOptions()
 
 
 class Verifier(Protocol):
-    """Tells the model's greedy choices for a pending token and a draft, and keeps what was accepted."""
+    """Tells the model's choices for a pending token and a draft, and keeps what was accepted.
+
+    `verify` gets the reply so far (ending with the pending token): row j's choice is the one a one-token
+    step would make after `reply` + draft[:j], which a repetition rule needs.
+    """
 
     forward_passes: int  # forwards run so far, the prefill included
 
     def first_token(self) -> int: ...
 
-    def verify(self, inputs: list[int]) -> list[int]: ...
+    def verify(self, inputs: list[int], reply: Sequence[int]) -> list[int]: ...
 
     def keep(self, n_inputs: int) -> None: ...
 
@@ -75,11 +82,11 @@ def llma_steps(
     options: LlmaOptions,
     result: DecodeResult | None = None,
 ) -> Iterator[Chunk]:
-    """The LLMA loop: yields each verified chunk; the tokens equal greedy decoding's exactly."""
+    """The LLMA loop: yields each verified chunk; the tokens equal one-token decoding's under the same rule."""
     result = result if result is not None else DecodeResult()
     start = time.perf_counter()
     drafter = policy.start()
-    max_new, eos = options.max_new_tokens, options.eos_token_id
+    max_new, eos, repetition = options.max_new_tokens, options.eos_token_id, options.repetition
     lead_in_len = min(options.lead_in_len, len(prompt_ids))
     index = build_reference_index(prompt_ids, references, options)
     token = verifier.first_token()
@@ -89,16 +96,17 @@ def llma_steps(
     new_tokens, copied, match, draft = [token], 0, None, []
     while True:
         result.forward_passes = verifier.forward_passes
-        kept = result.accept(new_tokens, max_new, eos)
+        kept = result.accept(new_tokens, max_new, eos, repetition)  # token by token: EOS, stop rule, budget
         context.extend(new_tokens[:kept])
         if options.use_output:
             index.extend(OUTPUT_SOURCE, new_tokens[:kept])
         copied = min(copied, kept)
         _record_copy(result, match, copied, kept, lead_in_len)
+        dropped = result.drop_repeat()  # the stop rule cuts the reply where its repetition began
         result.seconds = time.perf_counter() - start
         source = match.source if copied else None
-        yield Chunk(new_tokens[:kept], copied=copied, source=source, drafted=len(draft), result=result)
-        if result.done(max_new):
+        yield Chunk(new_tokens[:kept], copied=copied, source=source, drafted=len(draft), result=result, dropped=dropped)
+        if result.done():
             return
 
         # 1. Find the longest match of the text so far, preferring to continue the last copied run.
@@ -107,11 +115,12 @@ def llma_steps(
         # 2. Copy: the policy picks k; a budget of b tokens leaves room for b - 1 drafts plus one.
         budget = max_new - len(result.tokens)
         draft = index.continuation(match, drafter.copy_len(match, continuing, budget - 1)) if match else []
-        # 3. Verify the pending token and the draft in one forward pass (W-wide blocks under a step width).
-        greedy_choices = verifier.verify([context[-1], *draft])  # (k + 1,)
+        # 3. Verify the pending token and the draft in one forward pass (W-wide blocks under a step width);
+        #    row j chooses as one-token decoding would after the reply so far plus draft[:j].
+        choices = verifier.verify([context[-1], *draft], result.tokens)  # (k + 1,)
         # 4. Accept the longest prefix of the draft that equals the model's choices, plus its next token.
-        copied = _matching_prefix_len(draft, greedy_choices)
-        new_tokens = [*draft[:copied], greedy_choices[copied]]
+        copied = _matching_prefix_len(draft, choices)
+        new_tokens = [*draft[:copied], choices[copied]]
         # 5. Roll back whatever the verifier holds for the rejected part of the draft.
         verifier.keep(1 + copied)
         result.drafted_tokens += len(draft)
@@ -135,7 +144,7 @@ def llma_stream(
     steps.check_fits(len(prompt_ids), options.max_new_tokens)
     if options.max_new_tokens == 0:
         return
-    verifier = ModelVerifier(model, prompt_ids, steps)
+    verifier = ModelVerifier(model, prompt_ids, steps, options.repetition)
     yield from llma_steps(verifier, prompt_ids, references, policy, options, result)
 
 
@@ -156,9 +165,9 @@ def llma_generate(
     return result
 
 
-def _matching_prefix_len(draft: list[int], greedy_choices: list[int]) -> int:
+def _matching_prefix_len(draft: list[int], choices: list[int]) -> int:
     n = 0
-    while n < len(draft) and draft[n] == greedy_choices[n]:
+    while n < len(draft) and draft[n] == choices[n]:
         n += 1
     return n
 

@@ -15,7 +15,6 @@ class ModelLoadError(RuntimeError):
 
 def load_model(
     path: str | Path | None = None,
-    threads: int | None = None,
     dtype: torch.dtype = torch.float32,
     device: torch.device | str = "cpu",
 ):
@@ -26,8 +25,6 @@ def load_model(
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     folder = Path(path) if path is not None else prepare_bundled_model(DEFAULT_MODEL_DIR)
-    if threads:
-        torch.set_num_threads(threads)
     if not folder.is_dir():
         raise ModelLoadError(f"model folder not found: {folder}")
     if not (folder / "config.json").is_file():

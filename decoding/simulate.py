@@ -33,7 +33,8 @@ class ReplayVerifier:
         self.forward_passes = 1
         return self.greedy[0]
 
-    def verify(self, inputs: list[int]) -> list[int]:
+    def verify(self, inputs: list[int], reply: Sequence[int] = ()) -> list[int]:
+        """The replayed reply already holds the rule's choices, so `reply` changes nothing here."""
         answers = self._answers(inputs)
         done = 0
 
@@ -87,7 +88,8 @@ def simulate_llma(
     options: LlmaOptions = DEFAULT_OPTIONS,
     steps: StepConfig = ONE_TOKEN_STEPS,
 ) -> Simulation:
-    """What LLMA with `policy` would do on this prompt, given the model's greedy reply."""
+    """What LLMA with `policy` would do on this prompt, given the model's greedy reply (under the repetition
+    rule in `options`, if any: the replayed loop stops and cuts by the same rule)."""
     if not greedy_tokens:
         raise ValueError("the greedy reply must hold at least one token")
     verifier = ReplayVerifier(greedy_tokens, steps, len(prompt_ids))

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from chatbot import REVIEW_STATES, AdminService, CachedAnswer, InputError
+from chatbot import REVIEW_STATES, SORTS, AdminService, CachedAnswer, InputError
 
 from .auth import PRIVATE, StaffLogin, shows_refusals
 from .widgets import (
@@ -22,7 +22,6 @@ from .widgets import (
 
 PAGE_SIZE = 20
 PROPOSAL_COLUMNS = ["proposal", "entry", "by", "question", "answer", "proposed (UTC)"]
-SORTS = ["date", "hits", "speedup", "uses"]
 REVIEW_FILTERS = ["all", *REVIEW_STATES]
 ENTRY_COLUMNS = ["id", "review", "question", "answer", "hits", "uses", "speedup", "created (UTC)"]
 ENTRY_WIDTHS = ["5%", "8%", "27%", "37%", "5%", "5%", "6%", "7%"]
@@ -55,7 +54,7 @@ class CacheBrowser:
         gr.Markdown(NOTICE)
         with gr.Row():
             search = gr.Textbox(label="Search questions and answers", scale=4, elem_id="cache-search")
-            sort = gr.Dropdown(SORTS, value="date", label="Sort by", scale=1)
+            sort = gr.Dropdown(list(SORTS), value="date", label="Sort by", scale=1)
             descending = gr.Checkbox(value=True, label="Descending", scale=1)
             review = gr.Dropdown(REVIEW_FILTERS, value="all", label="Review state", scale=1, elem_id="review-filter")
             go = gr.Button("Search", scale=1)

@@ -2,7 +2,7 @@
 
 import gradio as gr
 
-from chatbot import AdminService, DashboardStats
+from chatbot import AdminService, DashboardStats, EngineSummary
 
 from . import plots
 from .auth import StaffLogin, shows_refusals
@@ -31,7 +31,7 @@ class Dashboard:
         user = self.login.require(request)
         stats, series = self.admin.dashboard_stats(user), self.admin.reply_series(user)
         return (
-            summary_markdown(stats),
+            summary_markdown(stats, self.admin.engine_summary(user)),
             plots.speedup_histogram(series),
             plots.speedup_over_time(series),
             plots.hit_rates(stats),
@@ -41,8 +41,8 @@ class Dashboard:
         )
 
 
-def summary_markdown(stats: DashboardStats) -> str:
-    """The headline numbers as a small table."""
+def summary_markdown(stats: DashboardStats, engine: EngineSummary | None = None) -> str:
+    """The headline numbers as a small table, with how this replica decodes."""
     def speedup(value: float | None) -> str:
         return f"{value:.2f}x" if value is not None else "n/a"
 
@@ -56,4 +56,19 @@ def summary_markdown(stats: DashboardStats) -> str:
         ("Time saved against plain greedy decoding", f"{stats.seconds_saved:.1f} s"),
         ("Feedback: thumbs up / down", f"{stats.positive_feedback} / {stats.negative_feedback}"),
     ]
+    if engine is not None:
+        rows += [("Engine", engine.line), ("Decode step width", step_width_text(engine))]
     return "| Measure | Value |\n|---|---|\n" + "\n".join(f"| {label} | {value} |" for label, value in rows)
+
+
+def step_width_text(engine: EngineSummary) -> str:
+    """This replica's width, and whether it is the one the deployment chose."""
+    def width(value: int | None) -> str:
+        return f"{value}-wide" if value else "one-token steps"
+
+    if engine.deployment_step_width is None:
+        return f"{width(engine.step_width)} (set on this replica; no width measured for the deployment)"
+    if (engine.deployment_step_width or None) == engine.step_width:
+        return f"{width(engine.step_width)}, the deployment's choice, kept in its database for every replica"
+    return (f"{width(engine.step_width)} on this replica (CHATBOT_STEP_WIDTH); the deployment chose "
+            f"{width(engine.deployment_step_width)}")

@@ -49,7 +49,17 @@ def stats_line(stats: ReplyStats) -> str:
         f"{passes} forward pass{'' if passes == 1 else 'es'}",
     ]
     parts += [grounding_label(use, stats.tokens) for use in stats.grounding]
-    return " · ".join(parts)
+    ending = ending_label(stats)
+    return " · ".join([*parts, ending] if ending else parts)
+
+
+def ending_label(stats: ReplyStats) -> str:
+    """How the reply ended, when that is news: cut by the token limit, or where it began repeating itself."""
+    if stats.hit_limit:
+        return f"⚠ stopped at the {stats.tokens}-token limit (the answer may be cut off)"
+    if stats.stop_reason == "repetition":
+        return "ended where it began repeating itself"
+    return ""
 
 
 def grounding_label(use: ReferenceUse, reply_tokens: int) -> str:

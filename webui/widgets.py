@@ -15,8 +15,10 @@ VERIFIED_LABELS = {True: "identical", False: "DIFFERS", None: ""}  # ReplyRecord
 FEEDBACK_LABELS = {1: "up", -1: "down"}
 AUDIT_COLUMNS = ["#", "time (UTC)", "who", "action", "entry", "target", "details"]
 REPLY_COLUMNS = [
-    "reply id", "time (UTC)", "question", "exact hit", "speedup", "feedback", "verified", "measured speedup",
+    "reply id", "time (UTC)", "question", "ended", "exact hit", "speedup", "feedback", "verified", "measured speedup",
 ]
+# How a reply ended, for staff; "token limit" flags a reply likely cut off mid-thought.
+ENDINGS = {"eos": "complete", "repetition": "stopped repeating", "limit": "⚠ token limit", None: ""}
 
 
 def shorten(text: str, chars: int = CELL_CHARS) -> str:
@@ -36,7 +38,8 @@ def reply_row(reply: ReplyRecord) -> list:
         feedback += f" {reply.feedback_reason}"
     measured = round(reply.measured_speedup, 2) if reply.measured_speedup is not None else None
     return [
-        reply.id, utc_time(reply.created_at, seconds=True), shorten(reply.question), reply.exact_hit,
+        reply.id, utc_time(reply.created_at, seconds=True), shorten(reply.question),
+        ENDINGS.get(reply.stop_reason, reply.stop_reason), reply.exact_hit,
         reply.speedup, feedback, VERIFIED_LABELS[reply.verified], measured,
     ]
 

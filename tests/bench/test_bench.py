@@ -49,7 +49,7 @@ def bench_run(tmp_path_factory) -> Path:
     workload.write_text("".join(json.dumps(q) + "\n" for q in QUESTIONS))
     articles.write_text(json.dumps(ARTICLES))
     bench("--workload", str(workload), "--articles", str(articles), "--out", str(out), "--limit", "1",
-          "--max-new-tokens", "24")
+          "--max-new-tokens", "24", "--step-width", "4")  # a given width: its measurement is test_packed.py's
     return out
 
 

@@ -5,10 +5,13 @@ from pathlib import Path
 
 import pytest
 from report_helpers import cell_value, numbers, sections, tables
+from results_builder import build
 
 from bench.plots import write_plots
-from bench.report import GROUNDED_HEADING, compute_targets, render_markdown
-from bench.results import MethodRun, QuestionRecord, Reference, load, summarize, summarize_grounded
+from bench.report import GROUNDED_HEADING, render_markdown
+from bench.results import MethodRun, QuestionRecord, Reference, load
+from bench.summary import summarize, summarize_grounded
+from bench.targets import GROUNDED_IDENTITY, IDENTITY, compute_targets, end_to_end, same_prompt
 
 ROOT = Path(__file__).resolve().parents[2]
 PLOTS = ["speedup_by_method.png", "speedup_per_question.png", "grid_heatmap.png", "cost_curve.png"]
@@ -58,12 +61,8 @@ def test_a_workload_where_nothing_was_grounded_has_no_copy_share():
 
 @pytest.fixture()
 def grounded_run():
-    """The shipped run with a measured `grounded` workload added (grounded_staff not run)."""
-    results = load(ROOT / "docs" / "benchmark" / "2026-11-29-fp32" / "results.json")
-    records = grounded_records()
-    results.workloads.append("grounded")
-    results.questions += records
-    results.rows += [summarize("grounded", m, records) for m in results.settings.methods]
+    """A run of the `grounded` workload alone (grounded_staff not run)."""
+    results = build(grounded_records())
     results.settings.grounding = {"threshold": 0.6, "answers": 1, "token_budget": 384}
     return results
 
@@ -88,15 +87,14 @@ def test_the_report_has_a_grounded_section_with_the_summary(grounded_run):
 
 
 def test_grounded_targets_are_measured_where_run_and_a_mismatch_fails_them(grounded_run):
-    targets = {t.name: t for t in compute_targets(grounded_run)}
-    same = targets["LLMA over greedy on the same prompt, grounded"]
-    end_to_end = targets["LLMA end to end vs the plain prompt's greedy, grounded"]
+    targets = compute_targets(grounded_run)
+    same, whole = targets[same_prompt("grounded")], targets[end_to_end("grounded")]
     assert (same.goal, same.passed, numbers(same.measured)) == (">= 2x", False, [pytest.approx(1.74, abs=0.005)])
-    assert (end_to_end.passed, numbers(end_to_end.measured)) == (False, [pytest.approx(1.65, abs=0.005)])
-    assert targets["LLMA over greedy on the same prompt, grounded_staff"].passed is None  # not run
-    identity = targets["every LLMA output equals greedy's, grounded"]
+    assert (whole.passed, numbers(whole.measured)) == (False, [pytest.approx(1.65, abs=0.005)])
+    assert targets[same_prompt("grounded_staff")].passed is None  # not run
+    identity = targets[GROUNDED_IDENTITY]
     assert identity.passed is False and numbers(identity.margin) == [1]
-    assert compute_targets(grounded_run)[-1].passed is False  # the overall identity target counts it too
+    assert targets[IDENTITY].passed is False  # the overall identity target counts it too
     report_targets = tables(sections(render_markdown(grounded_run, PLOTS))["Targets"])[0]
     assert ["LLMA end to end vs the plain prompt's greedy, grounded", ">= 2x", "1.65x", "**MISS**", "-0.35x"] in (
         report_targets)
@@ -109,11 +107,10 @@ def test_fast_lossless_grounded_runs_pass_the_targets(grounded_run):
         q.run("llma").seconds /= 2  # 0.4 + 0.5 + 0.25 = 1.15 s
     fast.rows = [r for r in fast.rows if r.workload != "grounded"]
     fast.rows += [summarize("grounded", m, fast.questions_of("grounded")) for m in fast.settings.methods]
-    targets = {t.name: t for t in compute_targets(fast)}
-    assert numbers(targets["LLMA over greedy on the same prompt, grounded"].measured) == [pytest.approx(3.48, abs=0.01)]
-    assert numbers(targets["LLMA end to end vs the plain prompt's greedy, grounded"].measured) == [
-        pytest.approx(3.30, abs=0.01)]
-    grounded = [t.passed for name, t in targets.items() if name.endswith(", grounded")]
+    targets = compute_targets(fast)
+    assert numbers(targets[same_prompt("grounded")].measured) == [pytest.approx(3.48, abs=0.01)]
+    assert numbers(targets[end_to_end("grounded")].measured) == [pytest.approx(3.30, abs=0.01)]
+    grounded = [targets[name].passed for name in (same_prompt("grounded"), end_to_end("grounded"), GROUNDED_IDENTITY)]
     assert grounded == [True, True, True]
 
 

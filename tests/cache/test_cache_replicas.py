@@ -94,4 +94,4 @@ def test_replicas_opening_at_once_and_writing_at_once_lose_nothing(open_cache, t
 
 def indexed_ids(cache: AnswerCache) -> set[int]:
     """The ids in a cache's in-memory index (what its lookups search), not its saved file."""
-    return cache._index.ids()
+    return cache._backend.index.ids()

@@ -69,9 +69,17 @@ def test_an_empty_dashboard_has_no_speedups(cache):
 
 
 def test_reply_series_gives_plot_points_oldest_first(cache):
-    cache.record_reply(reply(stats={"tokens_per_forward_pass": 3.5}, speedup=2.0, seconds=1.0, greedy_seconds=2.5))
-    cache.record_reply(reply(stats={}))
+    cache.record_reply(reply(tokens_per_forward_pass=3.5, speedup=2.0, seconds=1.0, greedy_seconds=2.5))
+    cache.record_reply(reply(stats={"tokens_per_forward_pass": 9.0}))  # the blob is for display: never read
     series = cache.reply_series()
     assert [(p["speedup"], p["tokens_per_forward_pass"]) for p in series] == [(2.0, 3.5), (None, None)]
     assert [p["seconds_saved"] for p in series] == [1.5, 0.0]
     assert series[0]["created_at"] <= series[1]["created_at"]
+
+
+def test_typed_timing_fields_are_stored_apart_from_the_stats_blob(cache):
+    reply_id = cache.record_reply(reply(stats={"note": "for display"}, tokens_per_forward_pass=2.25, seconds=0.5))
+    stored = cache.get_reply(reply_id)
+    assert (stored.tokens_per_forward_pass, stored.seconds) == (2.25, 0.5)
+    assert stored.stats == {"note": "for display"}
+    assert cache.get_reply(cache.record_reply(reply())).tokens_per_forward_pass is None

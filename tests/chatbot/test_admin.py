@@ -23,7 +23,7 @@ from chatbot import (
     Reply,
     ReplyStats,
 )
-from decoding import CostCurve
+from decoding import CostCurve, Engine
 from decoding.model_loading import DEFAULT_MODEL_DIR
 
 CURVE = CostCurve(sizes=(1, 2), seconds=(0.1, 0.1))
@@ -38,7 +38,7 @@ def embedder() -> Embedder:
 def chat(tmp_path: Path, embedder: Embedder, tiny_model):
     tokenizer = AutoTokenizer.from_pretrained(DEFAULT_MODEL_DIR, local_files_only=True)
     cache = AnswerCache.open(tmp_path, embed=embedder.embed, dim=embedder.dim)
-    yield ChatService(tiny_model, tokenizer, cache, ChatSettings(), CURVE, "tiny")
+    yield ChatService(Engine(tiny_model, tokenizer, "tiny", step_width=None), cache, ChatSettings(), CURVE)
     cache.close()
 
 
@@ -113,7 +113,7 @@ def test_references_of_a_reply_are_read_as_stored_now(admin, chat):
 
 
 def audit_rows(admin: AdminService, **which) -> list:
-    return admin.audit_log.audit(AuditFilter(**which), limit=10_000)
+    return admin.staff_store.audit(AuditFilter(**which), limit=10_000)
 
 
 def write_export(admin: AdminService, tmp_path: Path) -> Path:

@@ -13,9 +13,9 @@ from transformers import AutoTokenizer
 from cache import AnswerCache, Embedder, NewAnswer, StaffStore
 from chatbot import Accounts, AdminService, ChatService, ChatSettings
 from chatbot.prompt import APPROVED_HEADER
-from chatbot.service import Seed
+from chatbot.seed import Seed
 from data import StaffAnswer
-from decoding import CostCurve
+from decoding import CostCurve, Engine
 from decoding.model_loading import DEFAULT_MODEL_DIR
 from tests.conftest import make_tiny_llama
 
@@ -46,8 +46,8 @@ def open_service(tmp_path: Path, tokenizer, model, embedder, **settings) -> Chat
     """A service whose fresh install seeds one approved staff answer and no articles."""
     seed = Seed(articles={}, answers=[StaffAnswer("forgot-password", QUESTION, APPROVED, "reset-password")])
     service = ChatService.open(
-        model, tokenizer, "tiny", tmp_path, settings=ChatSettings(max_new_tokens=8, **settings), seed=seed,
-        cost=CURVE,
+        Engine(model, tokenizer, "tiny", step_width=None), tmp_path,
+        settings=ChatSettings(max_new_tokens=8, **settings), seed=seed, cost=CURVE,
     )
     # Seeding articles is what marks an install as set up; with none, add one so a reopen does not reseed.
     service.cache.upsert_article("other", "Printing", "Printing is not supported.")

@@ -3,7 +3,7 @@
 import pytest
 from transformers import AutoTokenizer
 
-from chatbot.prompt import InputError, Turn, build_prompt, encode_messages
+from chatbot.prompt import InputError, Message, build_prompt, encode_messages
 from decoding.model_loading import DEFAULT_MODEL_DIR
 
 
@@ -29,10 +29,12 @@ def tokenizer():
     return AutoTokenizer.from_pretrained(DEFAULT_MODEL_DIR, local_files_only=True)
 
 
-def history(pairs: int, words: int = 40) -> list[Turn]:
+def history(pairs: int, words: int = 40) -> list[Message]:
     turns = []
     for i in range(pairs):
-        turns += [Turn("user", f"question {i} " + "word " * words), Turn("assistant", f"answer {i} " + "text " * words)]
+        turns += [
+            Message("user", f"question {i} " + "word " * words), Message("assistant", f"answer {i} " + "text " * words)
+        ]
     return turns
 
 
@@ -69,3 +71,21 @@ def test_trimming_costs_one_tokenization_per_turn_not_per_dropped_pair(tokenizer
 def test_a_question_too_long_for_the_model_is_refused_clearly(tokenizer):
     with pytest.raises(InputError, match="too long for the model"):
         build_prompt(tokenizer, "Be helpful.", None, [], "word " * 2000, 500)
+
+
+def test_the_turn_layout_puts_approved_answers_before_the_conversation_and_keeps_them(tokenizer):
+    from chatbot.prompt import APPROVED_HEADER, ApprovedAnswer
+
+    approved = [ApprovedAnswer("How do I reset my password?", "1. Open Settings.\n2. Choose Reset password.")]
+    full = build_prompt(tokenizer, "SYSTEM", "Article", history(2), "I forgot it", 4000, approved, layout="turn")
+    roles = [m["role"] for m in full.messages]
+    assert roles == ["system", "user", "assistant", "user", "assistant", "user", "assistant", "user"]
+    assert full.messages[1]["content"] == approved[0].question and full.messages[2]["content"] == approved[0].answer
+    assert APPROVED_HEADER not in full.messages[0]["content"] and "Article" in full.messages[0]["content"]
+    trimmed = build_prompt(tokenizer, "SYSTEM", "Article", history(40), "I forgot it", 600, approved, layout="turn")
+    assert trimmed.dropped_turns > 0 and trimmed.messages[2]["content"] == approved[0].answer
+    in_system = build_prompt(tokenizer, "SYSTEM", "Article", [], "I forgot it", 4000, approved)
+    assert [m["role"] for m in in_system.messages] == ["system", "user"]
+    assert APPROVED_HEADER in in_system.messages[0]["content"]
+    with pytest.raises(ValueError, match="prompt layout"):
+        build_prompt(tokenizer, "SYSTEM", None, [], "q", 4000, approved, layout="sideways")

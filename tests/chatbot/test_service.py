@@ -1,26 +1,52 @@
-"""The chat service with the real bundled model, embedder and SQLite cache."""
+"""The chat service with the real bundled model, embedder and SQLite cache.
 
+Every test gets a cache of its own, a copy of one freshly seeded help centre, so no test sees another's stored
+answers: lookups and exact hits depend only on what the test itself asked. The loaded model is shared (its
+weights are only read), and the cost curve is fixed, so opening a service costs a folder copy.
+"""
+
+import shutil
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
-from chatbot import ChatService, ChatSettings, InputError
-from decoding import CostCurve, greedy_generate, pack_model
+from cache import NewAnswer
+from chatbot import ChatService, ChatSettings, InputError, Span
+from decoding import CostCurve, Engine, StepWidth, build_engine, greedy_generate
 
 pytestmark = pytest.mark.slow
 
-
+MODEL_ID = "SmolLM2-135M-Instruct"
+SETTINGS = ChatSettings(max_new_tokens=32)
 # The shape measured for this model on 2 CPU threads; fixed so that copy decisions do not depend on load.
 CPU_CURVE = CostCurve(sizes=(1, 2, 4, 8, 16, 32, 64), seconds=(0.075, 0.110, 0.115, 0.120, 0.150, 0.190, 0.300))
 
 
 @pytest.fixture(scope="module")
-def service(tmp_path_factory, bundled):
+def engine(bundled) -> Engine:
+    """The bundled model on transformers' forward with one-token steps (fp32)."""
     model, tokenizer = bundled
-    svc = ChatService.open(
-        model, tokenizer, "SmolLM2-135M-Instruct", tmp_path_factory.mktemp("svc"),
-        settings=ChatSettings(max_new_tokens=32), cost=CPU_CURVE,
-    )
+    return Engine(model, tokenizer, MODEL_ID, step_width=None)
+
+
+@pytest.fixture(scope="module")
+def seeded_dir(engine, tmp_path_factory) -> Path:
+    """A data folder as a first start leaves it: the shipped articles and approved answers, embedded once."""
+    data_dir = tmp_path_factory.mktemp("seeded") / "data"
+    ChatService.open(engine, data_dir, settings=SETTINGS, cost=CPU_CURVE).cache.close()
+    return data_dir
+
+
+def open_service(engine: Engine, seeded_dir: Path, data_dir: Path) -> ChatService:
+    """A service on a private copy of the seeded folder."""
+    shutil.copytree(seeded_dir, data_dir, ignore=shutil.ignore_patterns("*.lock"))
+    return ChatService.open(engine, data_dir, settings=SETTINGS, cost=CPU_CURVE)
+
+
+@pytest.fixture
+def service(engine, seeded_dir, tmp_path):
+    svc = open_service(engine, seeded_dir, tmp_path / "data")
     yield svc
     svc.cache.close()
 
@@ -79,11 +105,24 @@ def test_stopped_stream_stores_no_answer(service):
     assert service.cache.list_entries().total == before
 
 
-def test_copied_spans_point_into_the_text(service):
-    reply = service.ask("How can I reset my password please?")
-    for span in reply.spans:
-        assert 0 <= span.start < span.end <= len(reply.text)
-        assert span.source.startswith(("cache:", "prompt", "reply"))
+def test_copied_spans_point_at_the_copied_text_and_name_its_source(service):
+    """An exact repeat copies the stored answer: one span, from the end of the prefill's token to the end of the
+    copy, labelled with the entry it came from, and holding that entry's text."""
+    question = "How can I reset my password please?"
+    first = service.ask(question)
+    assert not first.stats.exact_hit
+    entry_id = service.cache.get_reply(first.id).entry_id
+    again = service.ask(question)
+    assert again.stats.exact_hit and again.text == first.text
+    tokens, copied = service.cache.get_reply(again.id).token_ids, again.stats.copied_tokens
+    assert copied >= len(tokens) - 2  # all but the prefill's token and the one the verifying pass adds
+
+    def text_length(n_tokens: int) -> int:
+        return len(service.tokenizer.decode(tokens[:n_tokens], skip_special_tokens=True))
+
+    span = Span(start=text_length(1), end=text_length(1 + copied), source=f"cache:{entry_id}")
+    assert again.spans == [span] and span.end > span.start, again.spans
+    assert again.text[span.start : span.end] in service.cache.get_entry(entry_id).answer
 
 
 @pytest.mark.parametrize(
@@ -126,31 +165,25 @@ def test_hostile_cached_answers_never_change_the_reply(service):
     tok = service.tokenizer
     for text in hostile:
         ids = tok(text, add_special_tokens=False)["input_ids"]
-        from cache import NewAnswer
-
         service.cache.add_answer(NewAnswer(question=question, answer=text, answer_ids=ids, model_id=service.model_id))
     reply = prompt_reply.ask(question)
     assert reply.stats.references, "the hostile entries should have been retrieved as references"
     stored = service.cache.get_reply(reply.id)
-    greedy = greedy_generate(service.model, stored.prompt_ids, 32, service.eos_token_id)
+    greedy = greedy_generate(service.engine.model, stored.prompt_ids, 32, tok.eos_token_id)
     assert stored.token_ids == greedy.tokens
     assert "evil@example.com" not in service.tokenizer.decode(stored.prompt_ids)  # candidates stay out of prompts
     assert "evil@example.com" not in reply.text
 
 
 @pytest.fixture(scope="module")
-def packed_service(bundled, tmp_path_factory):
-    """The service as `make run` wires it: the packed forward, fixed-width steps."""
+def packed_engine(bundled) -> Engine:
+    """The engine as `make run` wires it on this model: the packed forward, fixed-width steps."""
     model, tokenizer = bundled
-    svc = ChatService.open(
-        pack_model(model), tokenizer, "SmolLM2-135M-Instruct", tmp_path_factory.mktemp("packed"),
-        settings=ChatSettings(max_new_tokens=32, step_width=4), cost=CPU_CURVE,
-    )
-    yield svc
-    svc.cache.close()
+    return build_engine(model, tokenizer, MODEL_ID, StepWidth.parse(4))
 
 
-def test_packed_service_replies_equal_its_greedy_and_say_how_they_ran(packed_service, bundled):
+def test_packed_service_replies_equal_its_greedy_and_say_how_they_ran(packed_engine, seeded_dir, tmp_path, bundled):
+    packed_service = open_service(packed_engine, seeded_dir, tmp_path / "data")
     first = packed_service.ask("How do I reset my password?")
     second = packed_service.ask("I forgot my password, how can I reset it?")
     for reply in (first, second):
@@ -160,4 +193,5 @@ def test_packed_service_replies_equal_its_greedy_and_say_how_they_ran(packed_ser
     # A reply stored before the packed forward existed is verified on transformers' forward it ran on.
     old = replace(second.stats, forward="transformers")
     assert packed_service._model_for(old) is bundled[0]
-    assert packed_service._model_for(second.stats) is packed_service.model
+    assert packed_service._model_for(second.stats) is packed_engine.model
+    packed_service.cache.close()

@@ -1,9 +1,15 @@
-"""LLMA must return exactly the greedy tokens, whatever the references hold."""
+"""LLMA must return exactly the greedy tokens, whatever the references hold.
+
+These properties test the algorithm with one-token steps, on the tiny model in float64: there a verification's
+rows and a one-token step's row round alike to far below any gap between two logits. In float32 they can
+differ in the last bit (a near-tie of 2e-6 between two tokens was found), which is why the engine decodes in
+fixed-width steps wherever it can; tests/decoding/test_invariance.py and test_packed.py check that path.
+"""
 
 import random
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from decoding import (
@@ -27,6 +33,15 @@ POLICIES = [
     FixedCopyPolicy(match_len=1, copy_len=1),
     AdaptiveCopyPolicy(cost=CURVE, prior_by_match_len=(0.95,), prior_continuing=0.99),  # drafts eagerly
 ]
+
+
+@pytest.fixture(scope="module")
+def tiny_model():
+    from tests.conftest import make_tiny_llama
+
+    return make_tiny_llama().double()
+
+
 tokens = st.lists(st.integers(0, VOCAB - 1), min_size=1, max_size=24)
 fast = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
@@ -125,6 +140,7 @@ def test_zero_budget_and_bad_input(tiny_model):
 
 @fast
 @given(prompt=tokens, junk=tokens, budget=st.integers(1, 30), policy=st.sampled_from(POLICIES))
+@example(prompt=[54, 54], junk=[0], budget=20, policy=POLICIES[1])  # a float32 near-tie: fine in float64
 def test_replay_simulation_makes_the_same_decisions_as_the_model(tiny_model, prompt, junk, budget, policy):
     from decoding.simulate import simulate_llma
 

@@ -6,18 +6,20 @@ import pytest
 import torch
 
 from decoding import (
+    AUTO,
     FixedCopyPolicy,
     LlmaOptions,
     PackedLlama,
     StepConfig,
+    build_engine,
     choose_step_width,
+    cost_model,
     greedy_generate,
     llma_generate,
     pack_model,
     packing_refusal,
-    resolve_step_width,
 )
-from decoding.cost_model import STEP_WIDTHS
+from decoding.cost_model import FLAT_TOLERANCE, STEP_WIDTHS, CostCurve
 from decoding.forward import open_runner
 
 from .invariance import differing_positions, make_tiny_model
@@ -120,17 +122,59 @@ def test_a_block_past_the_packed_cache_or_across_a_granule_is_refused():
         runner.step([1])  # position 25: its padding would need position 32
 
 
-def test_the_step_width_is_measured_once_per_machine_and_kept(tmp_path):
+def widths_measured_as(seconds: dict[int, float], calls: list[int]):
+    """A stand-in for `measure_cost_curve` that answers `seconds[W]` for a W-wide forward and logs each W."""
+    def measure(model, *, steps: StepConfig, **options) -> CostCurve:
+        calls.append(steps.width)
+        return CostCurve((steps.width,), (seconds[steps.width],), step_width=steps.width)
+
+    return measure
+
+
+@pytest.mark.parametrize(
+    ("seconds", "chosen"),
+    [
+        pytest.param({1: 1.0, 4: 1.0, 8: 1.0, 16: 1.0}, 16, id="all-flat-widest"),
+        pytest.param({1: 1.0, 4: 1.05, 8: FLAT_TOLERANCE, 16: FLAT_TOLERANCE * 1.01}, 8, id="bound-is-inclusive"),
+        pytest.param({1: 1.0, 4: 1.06, 8: 1.2, 16: 1.38}, 4, id="measured-epyc-bf16"),
+        pytest.param({1: 1.0, 4: 1.5, 8: 2.0, 16: 3.0}, 4, id="none-flat-narrowest"),
+        pytest.param({1: 2.0, 4: 2.1, 8: 2.15, 16: 2.3}, 8, id="relative-to-one-token"),
+    ],
+)
+def test_the_chosen_step_width_is_the_widest_within_the_flat_bound(monkeypatch, seconds, chosen):
+    """The rule of choose_step_width on constructed costs: no timing, so a wrong pick always fails."""
+    calls: list[int] = []
+    monkeypatch.setattr(cost_model, "measure_cost_curve", widths_measured_as(seconds, calls))
+    assert choose_step_width(tiny_packed("llama", torch.bfloat16)) == chosen
+    assert sorted(calls) == [1, *sorted(STEP_WIDTHS)]  # each width and the one-token forward measured once
+
+
+def test_the_step_width_is_measured_once_per_machine_and_kept(tmp_path, monkeypatch):
     model = tiny_packed("llama", torch.bfloat16)
     curves = tmp_path / "cost_curves.json"
+    real_measure, measured = cost_model.measure_cost_curve, {}
+
+    def measure_and_record(*args, **kwargs) -> CostCurve:
+        curve = real_measure(*args, **kwargs)
+        measured[curve.step_width] = curve.seconds[0]
+        return curve
+
+    monkeypatch.setattr(cost_model, "measure_cost_curve", measure_and_record)
     width = choose_step_width(model, curves)
-    assert width in STEP_WIDTHS
+    # The pick agrees with what it measured: the widest within FLAT_TOLERANCE of one token, else the narrowest.
+    flat = [w for w in STEP_WIDTHS if measured[w] <= FLAT_TOLERANCE * measured[1]]
+    assert width == max(flat, default=min(STEP_WIDTHS)), (width, measured)
+
+    def measure_again(*args, **kwargs):
+        raise AssertionError("the step width was measured again instead of read from the curves file")
+
+    monkeypatch.setattr(cost_model, "measure_cost_curve", measure_again)
     stored = json.loads(curves.read_text())
     (key,) = [k for k in stored if k.endswith("|step-width")]
     assert stored[key] == width
     stored[key] = 16 if width != 16 else 8  # what an earlier start chose stays chosen
     curves.write_text(json.dumps(stored))
     assert choose_step_width(model, curves) == stored[key]
-    assert resolve_step_width(0, model, curves) is None and resolve_step_width(6, model, curves) == 6
-    with pytest.raises(ValueError, match="step width"):
-        resolve_step_width(-1, model, curves)
+    # An "auto" engine on the same model reads the kept width too (other settings: tests/decoding/test_engine.py).
+    engine = build_engine(model.source, None, "tiny", AUTO, choose_width=lambda m: choose_step_width(m, curves))
+    assert engine.step_width == stored[key]

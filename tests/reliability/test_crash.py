@@ -5,13 +5,17 @@ stored before the kill are still there and no entry is half-written. Before each
 the database (the row is committed first) but must never be ahead of it.
 """
 
+import json
 import random
+import secrets
 import threading
 import time
-from contextlib import closing
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 from gradio_client import Client
 
@@ -28,7 +32,8 @@ from tests.reliability.app_process import (
 
 pytestmark = pytest.mark.slow
 
-DECODE_TOKENS = 192  # long enough (several seconds) that a kill ~40% into a reply lands in the middle of decoding
+DECODE_TOKENS = 192  # long enough (many forwards) that the decode is still running when its first words arrive
+PARTLY_DECODED_TIMEOUT_S = 300  # until the first words of a reply stream; ~2 s alone, far longer on a busy machine
 STORE_TOKENS = 16  # short replies, so kills around their end hit the writes that follow the decode
 # When each try kills: at a random share of the measured reply time (around its end, where the writes are),
 # or a few milliseconds after the new entry's row is committed (between the writes that follow).
@@ -62,6 +67,63 @@ def ask_in_background(app: App, question: str) -> Attempt:
     thread = threading.Thread(target=ask, daemon=True)
     thread.start()
     return Attempt(question, thread, outcome)
+
+
+@contextmanager
+def streamed_reply(app: App, question: str) -> Iterator[Iterator[dict]]:
+    """Ask as the chat page does, and yield the queue's messages about the reply as they arrive.
+
+    The page's own events run in the browser's order: add_message (unqueued) puts the question in the session,
+    then respond joins the queue and streams the reply, one update per decode step, until it is done and stored.
+    """
+    config = httpx.get(f"{app.url}/config", timeout=30).json()
+    events = {dep["api_name"]: dep["id"] for dep in config["dependencies"]}
+    session = secrets.token_hex(8)
+
+    def body(event: str, data: list) -> dict:
+        return {"data": data, "fn_index": events[event], "session_hash": session, "event_data": None,
+                "trigger_id": None, "simple_format": True}  # whole values in every update, not diffs
+
+    # Gradio sends a heartbeat every 15 s on the event stream, so a read that waits longer means a stalled server.
+    with httpx.Client(base_url=app.url, timeout=httpx.Timeout(30, read=60)) as http:
+        http.post("/gradio_api/run/predict", json=body("add_message", [question, None])).raise_for_status()
+        http.post("/gradio_api/queue/join", json=body("respond", [None] * 4)).raise_for_status()
+        with http.stream("GET", "/gradio_api/queue/data", params={"session_hash": session}) as stream:
+            yield (json.loads(line.removeprefix("data: ")) for line in stream.iter_lines() if line.startswith("data: "))
+
+
+def reply_text(message: dict) -> str:
+    """The assistant's bubble in one of respond's updates ("" before it has one)."""
+    bubbles = message["output"]["data"][0] or []
+    last = bubbles[-1] if bubbles else {}
+    if last.get("role") != "assistant":
+        return ""
+    content = last["content"]
+    return content if isinstance(content, str) else "".join(part.get("text", "") for part in content)
+
+
+def wait_until_partly_decoded(messages: Iterator[dict], timeout_s: float = PARTLY_DECODED_TIMEOUT_S) -> str:
+    """Read the reply's updates until one shows decoded words of an unfinished reply; return those words."""
+    deadline = time.monotonic() + timeout_s
+    for message in messages:
+        if message.get("msg") == "process_completed":
+            raise AssertionError(f"the reply finished before any partial update arrived: {message}")
+        text = reply_text(message) if message.get("msg") == "process_generating" else ""
+        if text.strip(" …"):  # "…" is the bubble's placeholder before the first token
+            return text
+        if time.monotonic() > deadline:
+            break
+    raise AssertionError(f"no partly decoded reply streamed within {timeout_s} s")
+
+
+def messages_after_the_kill(messages: Iterator[dict]) -> list[str]:
+    """What the client still heard once the server was killed: the kinds of message, then how the stream ended."""
+    heard = []
+    try:
+        heard += [message.get("msg", "?") for message in messages]
+    except httpx.HTTPError as err:  # the killed server closes the stream mid-message
+        heard.append(type(err).__name__)
+    return heard
 
 
 def ask(app: App, question: str) -> tuple[str, dict, float]:
@@ -151,17 +213,16 @@ def ask_and_remember(app: App, question: str, earlier: dict[int, str]) -> tuple[
 
 def test_kill_while_decoding_loses_only_that_reply(restarts, earlier):
     app = restarts.running(DECODE_TOKENS)
-    stats, seconds = ask_and_remember(app, "Explain step by step how to set up two-factor authentication.", earlier)
+    ask_and_remember(app, "Explain step by step how to set up two-factor authentication.", earlier)
     before = read_store(app.data_dir)
-    delay = max(0.5, 0.4 * seconds)  # the packed engine answers 64 tokens in ~1.3 s: no fixed floor above that
-    attempt = ask_in_background(app, "Explain step by step how to move all my files to a new computer.")
-    time.sleep(delay)
-    kill(app)
-    attempt.thread.join(timeout=60)
+    with streamed_reply(app, "Explain step by step how to move all my files to a new computer.") as messages:
+        partial = wait_until_partly_decoded(messages)  # the kill comes once the reply is seen being decoded
+        kill(app)
+        heard = messages_after_the_kill(messages)
     killed = check_killed_store(app.data_dir, before)
-    print(f"first reply: {stats['tokens']} tokens in {seconds:.1f} s; killed {delay:.1f} s into the next one: "
-          f"{where_the_kill_landed(before, killed)}; the client got {attempt.outcome}")
-    assert "reply" not in attempt.outcome and killed.entry_ids == before.entry_ids, "the kill came after the reply"
+    print(f"killed once {len(partial)} characters of the reply had streamed ({partial[:40]!r}...): "
+          f"{where_the_kill_landed(before, killed)}; then the client heard {heard}")
+    assert "process_completed" not in heard and killed.entry_ids == before.entry_ids, "the kill came after the reply"
     assert killed.reply_ids == before.reply_ids
     app = restarts.running(STORE_TOKENS)
     check_restarted_store(app.data_dir, earlier)

@@ -16,6 +16,7 @@ from tests.reliability.app_process import App, read_store, replies_table, unexpe
 
 pytestmark = pytest.mark.slow
 
+START_TIMEOUT_S = 120  # for all sessions' clients to connect before they ask at once
 MARKERS = ["Amber", "Birch", "Cobalt", "Dune", "Ember", "Fjord", "Garnet", "Harbor"]  # one per session
 TOPICS = [
     "How do I reset my password?",
@@ -45,7 +46,7 @@ def run_session(url: str, marker: str, start: threading.Barrier) -> Session:
     """One user: a client of its own, five questions, each sent with this session's own history."""
     client = Client(f"{url}/", verbose=False)
     session, history = Session(marker, client.session_hash), []
-    start.wait()
+    start.wait(timeout=START_TIMEOUT_S)  # if a client failed to connect, the others give up instead of waiting forever
     for topic in TOPICS:
         question = f"This is customer {marker}. {topic}"
         text, stats = client.predict(question, history, api_name="/chat")

@@ -25,3 +25,21 @@ def test_bad_model_path_is_one_line_and_exit_code_2(tmp_path: Path, make_model):
     assert done.returncode == 2
     assert done.stderr.startswith("error: cannot load the model:") and done.stderr.count("\n") == 1
     assert "Traceback" not in done.stderr + done.stdout
+
+
+def run_app(tmp_path: Path, **env_vars: str) -> subprocess.CompletedProcess:
+    env = server_env(tmp_path / "data", CHATBOT_ADMIN_PASSWORD="x", **env_vars)
+    return subprocess.run([sys.executable, "app.py"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_bfloat16_with_one_token_steps_is_refused_at_start_with_the_reason(tmp_path: Path):
+    done = run_app(tmp_path, CHATBOT_DTYPE="bfloat16", CHATBOT_STEP_WIDTH="0")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert done.stderr.startswith("error: CHATBOT_DTYPE / CHATBOT_STEP_WIDTH: bfloat16 with one-token steps")
+    assert "differ from greedy" in done.stderr and "Traceback" not in done.stderr + done.stdout
+
+
+def test_a_step_width_that_is_not_one_is_refused_with_the_choices(tmp_path: Path):
+    done = run_app(tmp_path, CHATBOT_STEP_WIDTH="wide")
+    assert done.returncode == 2 and done.stderr.startswith("error: bad setting:")
+    assert "step width must be auto, 0 (one-token steps) or a positive number" in done.stderr

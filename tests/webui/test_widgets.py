@@ -25,7 +25,8 @@ def test_shorten_puts_text_on_one_line_and_marks_the_cut():
 def test_reply_row_fills_every_column():
     row = dict(zip(REPLY_COLUMNS, reply_row(reply()), strict=True))
     assert row == {
-        "reply id": 5, "time (UTC)": "2026-11-01 09:30:15", "question": "How do I reset it?", "exact hit": False,
+        "reply id": 5, "time (UTC)": "2026-11-01 09:30:15", "question": "How do I reset it?", "ended": "",
+        "exact hit": False,
         "speedup": 1.7, "feedback": "", "verified": "", "measured speedup": None,
     }
 
@@ -35,3 +36,9 @@ def test_reply_row_says_feedback_and_verdict():
     named = dict(zip(REPLY_COLUMNS, row, strict=True))
     assert (named["feedback"], named["verified"], named["measured speedup"]) == ("down too long", "DIFFERS", 1.23)
     assert dict(zip(REPLY_COLUMNS, reply_row(reply(verified=True)), strict=True))["verified"] == "identical"
+
+
+def test_reply_row_flags_a_reply_that_hit_the_token_limit():
+    ended = {reason: dict(zip(REPLY_COLUMNS, reply_row(reply(stop_reason=reason)), strict=True))["ended"]
+             for reason in ("eos", "repetition", "limit")}
+    assert ended == {"eos": "complete", "repetition": "stopped repeating", "limit": "⚠ token limit"}

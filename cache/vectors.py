@@ -1,0 +1,61 @@
+"""Embeddings as checked unit float32 vectors, and the bytes rows store them as, so scores stay cosines."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+Embed = Callable[[list[str]], np.ndarray]
+
+
+class Embedding:
+    """The caller's embed function, its output checked and normalized; remembers the last question."""
+
+    def __init__(self, embed: Embed, dim: int) -> None:
+        self._embed = embed
+        self.dim = dim
+        self._last_question: tuple[str, np.ndarray] | None = None
+
+    def texts(self, texts: Sequence[str]) -> np.ndarray:
+        """(n, dim) unit float32 vectors; a wrong shape raises, since it would poison the index."""
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        vectors = np.asarray(self._embed(list(texts)), dtype=np.float32)
+        if vectors.shape != (len(texts), self.dim):
+            raise ValueError(f"embed returned shape {vectors.shape}, expected {(len(texts), self.dim)}")
+        norms = np.linalg.norm(vectors, axis=1, keepdims=True)  # (n, 1)
+        return vectors / np.maximum(norms, 1e-12)
+
+    def question(self, question: str) -> np.ndarray:
+        """(dim,) vector of a question, memoized: a chat turn asks about one question three times."""
+        last = self._last_question  # one read: another thread may replace it meanwhile
+        if last is not None and last[0] == question:
+            return last[1]
+        vector = self.texts([question])[0]
+        self._last_question = (question, vector)
+        return vector
+
+
+def article_text(title: str, body: str) -> str:
+    """What an article is embedded from: its title and body together."""
+    return f"{title}\n\n{body}"
+
+
+def to_bytes(vector: np.ndarray) -> bytes:
+    return vector.astype(np.float32).tobytes()
+
+
+def from_bytes(embedding: bytes) -> np.ndarray:
+    return np.frombuffer(embedding, dtype=np.float32)
+
+
+def stack(embeddings: Sequence[bytes], dim: int) -> np.ndarray:
+    """(n, dim) float32 matrix of stored embeddings; (0, dim) for none."""
+    if not embeddings:
+        return np.zeros((0, dim), dtype=np.float32)
+    return np.stack([from_bytes(embedding) for embedding in embeddings])
+
+
+def cosine(query: np.ndarray, embedding: bytes) -> float:
+    return float(np.clip(np.dot(query, from_bytes(embedding)), -1.0, 1.0))

@@ -1,0 +1,53 @@
+"""What shapes a chat turn, read once by the app and passed down."""
+
+from dataclasses import dataclass
+
+from decoding import RECOMMENDED_REPETITION_RULE, RepetitionRule
+
+from .prompt import DEFAULT_SYSTEM_PROMPT, LAYOUTS
+
+# Which review states each grounding setting lets into a prompt.
+GROUNDING_REVIEWS = {"approved": ("approved",), "all": ("approved", "candidate"), "off": ()}
+
+
+@dataclass(frozen=True)
+class ChatSettings:
+    """Everything that shapes a turn. The forward and the step width are the engine's (decoding.Engine)."""
+
+    max_new_tokens: int = 256
+    context_window: int = 2048  # prompt + reply tokens, at most the model's own limit
+    references_k: int = 4
+    similarity_threshold: float = 0.5
+    use_knowledge_base: bool = True
+    article_threshold: float = 0.35
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    max_question_chars: int = 4000
+    max_entries: int = 10000
+    # Grounding: the best eligible past answers go into the system message after the article, so the model
+    # answers a rewording the way staff approved, and LLMA can copy it. "approved" (the default) lets only
+    # staff-approved answers in; "all" also the model's unreviewed answers, which any customer's question
+    # shapes; "off" none. Rejected answers never enter a prompt.
+    grounding: str = "approved"
+    grounding_threshold: float = 0.6
+    grounding_answers: int = 1
+    grounding_token_budget: int = 384  # answer tokens the grounding may add to the prompt
+    prompt_layout: str = "system"  # where approved answers sit: in the system message, or as an earlier turn
+    # The decoding rule every reply equals (LLMA only makes it faster): greedy with a DRY penalty on repeating
+    # the reply itself and a stop when it repeats 16 tokens anyway (decoding/repetition.py, measured there).
+    repetition: RepetitionRule = RECOMMENDED_REPETITION_RULE
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.max_new_tokens < self.context_window:
+            raise ValueError("max_new_tokens must be at least 1 and below context_window")
+        if not -1.0 <= self.similarity_threshold <= 1.0 or not -1.0 <= self.article_threshold <= 1.0:
+            raise ValueError("similarity thresholds are cosine similarities in [-1, 1]")
+        if self.references_k < 1 or self.max_question_chars < 1:
+            raise ValueError("references_k and max_question_chars must be at least 1")
+        if self.grounding not in GROUNDING_REVIEWS:
+            raise ValueError(f"grounding must be one of {', '.join(GROUNDING_REVIEWS)}, not {self.grounding!r}")
+        if not -1.0 <= self.grounding_threshold <= 1.0:
+            raise ValueError("grounding_threshold is a cosine similarity in [-1, 1]")
+        if self.prompt_layout not in LAYOUTS:
+            raise ValueError(f"prompt_layout must be one of {', '.join(LAYOUTS)}, not {self.prompt_layout!r}")
+        if self.grounding_answers < 0 or self.grounding_token_budget < 0:
+            raise ValueError("grounding_answers and grounding_token_budget must not be negative")

@@ -1,0 +1,155 @@
+"""A chat turn made ready to decode: the checked question, the prompt, the article, the grounding answers and
+the references LLMA may copy from."""
+
+from dataclasses import dataclass
+
+from cache import AnswerCache
+from cache.records import Hit
+from decoding import Engine, StepConfig
+
+from .prompt import (
+    ApprovedAnswer,
+    InputError,
+    Message,
+    Prompt,
+    build_prompt,
+    clean_text,
+    context_key,
+    parse_history,
+    prompt_hash,
+)
+from .settings import GROUNDING_REVIEWS, ChatSettings
+
+
+@dataclass(frozen=True)
+class ArticlePick:
+    """The help article put into the prompt, with its similarity to the question."""
+
+    id: str
+    text: str  # "Title\n\nbody"
+    score: float
+
+
+@dataclass(frozen=True)
+class ChatTurn:
+    """What the steps of one turn share."""
+
+    question: str
+    history: list[Message]  # the messages kept in the prompt
+    prompt: Prompt
+    article: ArticlePick | None
+    grounding: list[Hit]  # approved answers put into the prompt; also the first references
+    references: list[Hit]  # every reference LLMA may copy from: the grounding first, then similar past answers
+    context_key: str
+    prompt_hash: str
+    session_id: str
+    steps: StepConfig  # the shape of every decode forward; Verify reruns greedy with the same
+
+    @property
+    def article_id(self) -> str | None:
+        return self.article.id if self.article else None
+
+    def reference_id(self, source: int) -> int | None:
+        """The cache entry behind a copied run's source index; None for the prompt or the reply itself."""
+        return self.references[source].id if 0 <= source < len(self.references) else None
+
+    def context_text(self) -> str:
+        return "\n".join(f"{m.role}: {m.content}" for m in self.history)
+
+    def notice(self) -> str:
+        """What the customer should know about this turn, e.g. that old messages were left out."""
+        if self.prompt.dropped_turns:
+            return (f"The conversation is longer than the model can read: the {self.prompt.dropped_turns} oldest "
+                    "messages were left out of this answer.")
+        return ""
+
+
+class TurnPlanner:
+    """Turns a question and its conversation into a ChatTurn, reading the cache for articles and answers."""
+
+    def __init__(self, cache: AnswerCache, engine: Engine, settings: ChatSettings, context_window: int) -> None:
+        self.cache, self.engine, self.settings = cache, engine, settings
+        self.context_window = context_window
+
+    def plan(self, question: object, history: list[dict] | None, session_id: str) -> ChatTurn:
+        question = check_question(question, self.settings.max_question_chars)
+        messages = parse_history(history, self.settings.max_question_chars * 4)
+        article = self.pick_article(question)
+        grounding = self.pick_grounding(question)
+        prompt = build_prompt(
+            self.engine.tokenizer, self.settings.system_prompt, article.text if article else None, messages,
+            question, self.context_window - self.settings.max_new_tokens,
+            approved=[ApprovedAnswer(hit.question, hit.answer) for hit in grounding],
+            layout=self.settings.prompt_layout,
+        )
+        kept = messages[prompt.dropped_turns :]
+        return ChatTurn(
+            question=question, history=kept, prompt=prompt, article=article, grounding=grounding,
+            references=self.references(question, grounding), context_key=context_key(kept),
+            prompt_hash=self.exact_key(prompt, article, grounding), session_id=session_id,
+            steps=self.engine.steps(len(prompt.ids), self.settings.max_new_tokens),
+        )
+
+    def references(self, question: str, grounding: list[Hit]) -> list[Hit]:
+        """The grounding answers first, then the most similar past answers not among them."""
+        similar = self.cache.lookup(
+            question, k=self.settings.references_k, threshold=self.settings.similarity_threshold,
+            model_id=self.engine.model_id,
+        )
+        grounded_ids = {hit.id for hit in grounding}
+        return [*grounding, *(hit for hit in similar if hit.id not in grounded_ids)]
+
+    def exact_key(self, prompt: Prompt, article: ArticlePick | None, grounding: list[Hit]) -> str:
+        """The exact-repeat key. The prompt's token ids hold the article and the grounding text, so an edited or
+        newly approved answer changes it and can never be served from a stale exact hit."""
+        decode_settings = {
+            "max_new_tokens": self.settings.max_new_tokens, "model": self.engine.model_id,
+            "grounding": [[hit.id, hit.answer] for hit in grounding],
+            "repetition": self.settings.repetition.to_json(),
+        }
+        return prompt_hash(str(prompt.ids), [article.id if article else ""], decode_settings)
+
+    def pick_grounding(self, question: str) -> list[Hit]:
+        """The most similar answers whose review state the grounding setting allows, within the token budget."""
+        reviews = GROUNDING_REVIEWS[self.settings.grounding]
+        if not reviews or self.settings.grounding_answers == 0:
+            return []
+        candidates = self.cache.lookup(
+            question, k=self.settings.grounding_answers, threshold=self.settings.grounding_threshold,
+            model_id=self.engine.model_id, reviews=reviews,
+        )
+        return within_token_budget(candidates, self.settings.grounding_token_budget)
+
+    def pick_article(self, question: str) -> ArticlePick | None:
+        if not self.settings.use_knowledge_base:
+            return None
+        hit = self.cache.best_article(question, threshold=self.settings.article_threshold)
+        if hit is None:
+            return None
+        return ArticlePick(hit.id, f"{hit.title}\n\n{hit.body}", hit.score)
+
+
+def check_question(question: object, max_chars: int) -> str:
+    """The question as the model sees it, or InputError with a message fit for the customer."""
+    if not isinstance(question, str):
+        raise InputError("The message must be text.")
+    # Runs of spaces are collapsed before the model sees the text, so that a repeat typed with
+    # other spacing is the identical prompt (an exact hit) and still the model's own answer.
+    question = "\n".join(" ".join(line.split()) for line in clean_text(question).strip().splitlines())
+    if not question:
+        raise InputError("Please type a question.")
+    if len(question) > max_chars:
+        raise InputError(
+            f"Your message has {len(question):,} characters; the limit is {max_chars:,}. Please shorten it."
+        )
+    return question
+
+
+def within_token_budget(candidates: list[Hit], budget: int) -> list[Hit]:
+    """The candidates, best first, whose answers fit together in `budget` tokens (one too long is skipped)."""
+    chosen = []
+    for hit in candidates:
+        if len(hit.answer_ids) <= budget:
+            chosen.append(hit)
+            budget -= len(hit.answer_ids)
+    return chosen

@@ -1,0 +1,130 @@
+"""One loaded model made ready to decode: which forward runs and how wide every step is, decided once here.
+
+Everything that names the forward or the width (the app's engine line, each reply's stats, the cost-curve
+keys, the bench's rows) reads it from the `Engine` this module returns, never from the model's type.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .cost_model import choose_step_width
+from .hardware import cpu_features
+from .model_loading import load_model
+from .packed import PackedLlama, forward_name, pack_model
+from .steps import StepConfig, sized_steps
+
+DEFAULT_MODEL_ID = "SmolLM2-135M-Instruct"  # what the bundled model's cached answers are kept under
+
+
+class EngineConfigError(ValueError):
+    """A combination of settings under which LLMA would not be identical to greedy decoding."""
+
+
+@dataclass(frozen=True)
+class StepWidth:
+    """The step-width setting: "auto" (measured, `choose_step_width`), one-token steps, or every forward W wide."""
+
+    kind: str  # "auto", "one-token" or "fixed"
+    width: int = 0  # W, for "fixed"
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("auto", "one-token", "fixed") or (self.kind == "fixed") != (self.width > 0):
+            raise ValueError(f"not a step width: {self.kind} {self.width}")
+
+    @classmethod
+    def parse(cls, value: "str | int | StepWidth") -> "StepWidth":
+        """"auto"; 0 for one-token steps; a positive W. Anything else is refused with a message."""
+        if isinstance(value, StepWidth):
+            return value
+        text = str(value).strip().lower()
+        if text == "auto":
+            return AUTO
+        if not text.lstrip("-").isdigit() or int(text) < 0:
+            raise ValueError(f"step width must be auto, 0 (one-token steps) or a positive number, not {value!r}")
+        return cls("fixed", int(text)) if int(text) else ONE_TOKEN
+
+    def __str__(self) -> str:
+        return {"auto": "auto", "one-token": "0"}.get(self.kind, str(self.width))
+
+
+AUTO = StepWidth("auto")
+ONE_TOKEN = StepWidth("one-token")
+
+
+@dataclass(frozen=True)
+class Engine:
+    """A model ready to decode: the forward that runs (`model` is exactly what the runners get) and its width."""
+
+    model: torch.nn.Module  # a PackedLlama for the packed forward, else transformers' model
+    tokenizer: object
+    model_id: str
+    step_width: int | None  # every decode forward this wide; None: one-token steps (never "auto" here)
+
+    @property
+    def forward(self) -> str:
+        """"packed" or "transformers": the one name every label reads."""
+        return forward_name(self.model)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.model.parameters()).dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.device
+
+    def steps(self, prompt_len: int, max_new_tokens: int) -> StepConfig:
+        """The shape of every decode forward for this prompt and reply budget (greedy and LLMA alike)."""
+        return sized_steps(self.step_width, prompt_len, max_new_tokens)
+
+    def describe(self) -> str:
+        """The engine line printed at start, e.g. "bfloat16 on cpu, packed forward, 4-wide decode steps (CPU)"."""
+        steps = f"{self.step_width}-wide decode steps" if self.step_width else "one-token decode steps"
+        where = f"{str(self.dtype).removeprefix('torch.')} on {self.device}"
+        return f"{where}, {self.forward} forward, {steps} ({cpu_features().model_name})"
+
+
+WidthChooser = Callable[[torch.nn.Module], "int | None"]
+
+
+def build_engine(
+    model: torch.nn.Module, tokenizer, model_id: str, width: StepWidth = AUTO,
+    choose_width: WidthChooser = choose_step_width,
+) -> Engine:
+    """Pack the model where the architecture allows, settle the width (`choose_width` for "auto"), and decide
+    the forward: the packed one runs W-wide steps only, so one-token steps run transformers' own forward."""
+    model = pack_model(model)
+    step_width = {"auto": None, "one-token": None, "fixed": width.width}[width.kind]
+    if width.kind == "auto":
+        step_width = choose_width(model)
+    if step_width is None and isinstance(model, PackedLlama):
+        model = model.source
+    refuse_lossy(model, step_width)
+    return Engine(model, tokenizer, model_id, step_width)
+
+
+def refuse_lossy(model: torch.nn.Module, step_width: int | None) -> None:
+    """Refuse settings under which LLMA would not equal greedy decoding (check_lossless) for this model."""
+    check_lossless(next(model.parameters()).dtype, step_width)
+
+
+def check_lossless(dtype: torch.dtype, step_width: int | None) -> None:
+    """bfloat16 with one-token steps: a verification's rows may round unlike a one-token step's at a near-tie,
+    so LLMA would not equal greedy (measured: 39 and 41 of 50 hostile cases identical on tiny Qwen3 and Phi3)."""
+    if step_width is None and dtype == torch.bfloat16:
+        raise EngineConfigError(
+            "bfloat16 with one-token steps (step width 0) is refused: there LLMA's replies can differ from greedy "
+            "decoding. Use a step width of at least 1 (or auto), or float32."
+        )
+
+
+def load_engine(
+    path: str | Path | None = None, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
+    width: StepWidth = AUTO, choose_width: WidthChooser = choose_step_width,
+) -> Engine:
+    """The model at `path` (the bundled SmolLM2 when None) as an Engine: the service's and the bench's one way in."""
+    model, tokenizer = load_model(path, dtype=dtype, device=device)
+    return build_engine(model, tokenizer, str(path or DEFAULT_MODEL_ID), width, choose_width)

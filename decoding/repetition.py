@@ -1,0 +1,149 @@
+"""Repetition control: a deterministic change to greedy's choice that looks only at the reply so far.
+
+A small model decoding greedily falls into loops ("Click the reset button again. / You will be asked to enter
+a new password." until the token limit). A `RepetitionRule` changes the engine's decoding rule, not LLMA: at
+each position the choice is the argmax of that position's logits after the rule's bans and penalties, and
+both depend on the reply before the position only -- never the prompt, so the help article and approved
+answers stay free to copy. Greedy and LLMA choose through the same rule row by row (a draft's row j as if
+the reply were the reply so far plus draft[:j]), so LLMA still equals this rule decoded one token at a time.
+
+Cost per row: one scan of the reply for earlier occurrences of its last token (`list.index`, in C), then a
+walk back of at most `MAX_MATCH` tokens from each; only tokens that followed such an occurrence are touched,
+never the vocabulary.
+"""
+
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, fields
+
+import torch
+
+MAX_MATCH = 64  # repeats are measured up to this many tokens; a DRY penalty stops growing there
+MAX_PENALTY = 1e30  # a DRY penalty past this is a ban anyway; capped so it stays finite in float32
+
+
+@dataclass(frozen=True)
+class RepetitionRule:
+    """Which repetition controls decide each token; the defaults (all three off) are plain greedy, exactly.
+
+    no_repeat_ngram n: a token that would complete an n-gram already in the reply is banned (logit -inf).
+    dry_*: llama.cpp's "don't repeat yourself": if the longest suffix of the reply that, followed by a token,
+    already occurred in the reply is at least `dry_allowed_length` long, that token's logit loses
+    `dry_multiplier * dry_base ** (length - dry_allowed_length)`, in float32.
+    stop_ngram n: the reply ends as soon as its last n tokens already occurred in it, and is cut back to
+    before them (DecodeResult.drop_repeat): the reply keeps one copy of what it started repeating, not a
+    half of the second. The cut falls where the identical tokens begin, which can be mid-line (a list's
+    next number is not part of the repeat). Checked per accepted token, so it fires at the same token
+    whether tokens land one or many at a time.
+    """
+
+    no_repeat_ngram: int = 0
+    dry_multiplier: float = 0.0
+    dry_base: float = 1.75
+    dry_allowed_length: int = 2
+    stop_ngram: int = 0
+
+    def __post_init__(self) -> None:
+        if self.no_repeat_ngram != 0 and not 2 <= self.no_repeat_ngram <= MAX_MATCH + 1:
+            raise ValueError(f"no_repeat_ngram must be 0 (off) or 2..{MAX_MATCH + 1}, not {self.no_repeat_ngram}")
+        if self.dry_multiplier < 0 or self.dry_base <= 1 or not 1 <= self.dry_allowed_length <= MAX_MATCH:
+            raise ValueError("DRY needs multiplier >= 0 (0: off), base > 1 and 1 <= allowed_length <= MAX_MATCH")
+        if self.stop_ngram != 0 and not 1 <= self.stop_ngram <= MAX_MATCH:
+            raise ValueError(f"stop_ngram must be 0 (off) or 1..{MAX_MATCH}, not {self.stop_ngram}")
+
+    @property
+    def changes_choice(self) -> bool:
+        """Whether a ban or a penalty is on (the stop rule alone leaves every choice greedy's)."""
+        return self.no_repeat_ngram > 0 or self.dry_multiplier > 0
+
+    def choose(self, logits: torch.Tensor, reply: Sequence[int]) -> int:
+        """The token at a position whose logits are `logits` (V,) and whose reply before it is `reply`."""
+        penalties = self.penalties(reply) if self.changes_choice else {}
+        if not penalties:
+            return int(logits.argmax())
+        row = logits.float().clone()  # (V,) float32: exact for bf16 and fp32 logits alike
+        ids = torch.tensor(list(penalties), device=row.device)
+        row[ids] -= torch.tensor(list(penalties.values()), dtype=torch.float32, device=row.device)
+        return int(row.argmax())
+
+    def penalties(self, reply: Sequence[int]) -> dict[int, float]:
+        """What each token's logit loses after `reply` (math.inf: banned); tokens not listed lose nothing."""
+        reach = max(self.no_repeat_ngram - 1, MAX_MATCH if self.dry_multiplier > 0 else 0)
+        penalties = {}
+        for token, length in repeat_lengths(reply, reach).items():
+            if self.no_repeat_ngram and length >= self.no_repeat_ngram - 1:
+                penalties[token] = math.inf
+            elif self.dry_multiplier > 0 and length >= self.dry_allowed_length:
+                grown = self.dry_multiplier * self.dry_base ** (length - self.dry_allowed_length)
+                penalties[token] = min(grown, MAX_PENALTY)
+        return penalties
+
+    def stops(self, reply: Sequence[int]) -> bool:
+        """Whether the reply's last `stop_ngram` tokens already occurred earlier in it (overlaps count)."""
+        return self.stop_ngram > 0 and longest_repeat(reply, self.stop_ngram) >= self.stop_ngram
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> "RepetitionRule":
+        unknown = set(data) - {f.name for f in fields(cls)}
+        if unknown:
+            raise ValueError(f"not repetition-rule settings: {sorted(unknown)}")
+        return cls(**data)
+
+
+REPETITION_OFF = RepetitionRule()  # plain greedy: the default everywhere, today's behavior exactly
+# The rule to decode helpdesk replies with. Measured on the bundled SmolLM2-135M (bf16, 4-wide packed steps, the
+# first wording of 12 shipped question groups with their help article, 256 new tokens): plain greedy looped on 11
+# replies and ended by EOS on 1; DRY at llama.cpp's suggested settings looped on none, ended 7 by EOS, and read as
+# well as greedy where greedy was fine. A 4-gram ban also ended the loops but garbled the wording it had to avoid
+# ("a two part code that contains a two part number"). The stop rule alone ended every loop at n=12 (at n=16, 4 of 12
+# still looped: list numbers cut the repeats short) but left replies ending mid-list ('Click "Sign Out" again.\n12'),
+# so here it is a backstop: under DRY a 16-token repeat means penalties up to 0.8 * 1.75**13 were overridden in a row.
+RECOMMENDED_REPETITION_RULE = RepetitionRule(dry_multiplier=0.8, dry_base=1.75, dry_allowed_length=2, stop_ngram=16)
+NAMED_RULES = {"dry": RECOMMENDED_REPETITION_RULE, "off": REPETITION_OFF}  # the choices of CHATBOT_REPETITION
+
+
+def repeat_lengths(reply: Sequence[int], cap: int = MAX_MATCH) -> dict[int, int]:
+    """For each token that would extend a repeat: the longest suffix of `reply` that, followed by that
+    token, already occurred in `reply` (at most `cap`). Tokens not listed extend no repeat."""
+    lengths: dict[int, int] = {}
+    last = len(reply) - 1
+    if last < 1 or cap < 1:
+        return lengths
+    for p in _earlier_positions(reply, reply[last], last):
+        length = _common_suffix(reply, p, last, cap)
+        follower = reply[p + 1]
+        lengths[follower] = max(length, lengths.get(follower, 0))
+    return lengths
+
+
+def longest_repeat(reply: Sequence[int], cap: int = MAX_MATCH) -> int:
+    """The longest suffix of `reply` that also ends at an earlier position (at most `cap`)."""
+    last = len(reply) - 1
+    longest = 0
+    for p in _earlier_positions(reply, reply[last], last) if last >= 1 else ():
+        longest = max(longest, _common_suffix(reply, p, last, cap))
+        if longest >= cap:
+            break
+    return longest
+
+
+def _earlier_positions(seq: Sequence[int], token: int, end: int) -> Iterator[int]:
+    """Positions before `end` that hold `token`."""
+    position = -1
+    while True:
+        try:
+            position = seq.index(token, position + 1, end)
+        except ValueError:
+            return
+        yield position
+
+
+def _common_suffix(seq: Sequence[int], a: int, b: int, cap: int) -> int:
+    """How many tokens ending at `a` equal those ending at `b` (a < b), at most `cap`."""
+    n = 0
+    while n < cap and n <= a and seq[a - n] == seq[b - n]:
+        n += 1
+    return n

@@ -1,0 +1,59 @@
+"""Which forward a reply names, and the step width a deployment shares through its database."""
+
+from pathlib import Path
+
+import pytest
+from argon2 import PasswordHasher
+from transformers import AutoTokenizer
+
+import chatbot.deployment as deployment
+from cache import StaffStore
+from chatbot import Accounts, AdminService, ChatService, ChatSettings, Seed
+from chatbot.service import open_cache
+from decoding import AUTO, ONE_TOKEN, CostCurve, build_engine
+from decoding.model_loading import DEFAULT_MODEL_DIR
+from tests.conftest import make_tiny_llama
+
+CURVE = CostCurve(sizes=(1, 2), seconds=(0.1, 0.1))
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return AutoTokenizer.from_pretrained(DEFAULT_MODEL_DIR, local_files_only=True)
+
+
+def test_step_width_zero_on_a_packable_model_says_transformers_in_every_reply(tmp_path: Path, tokenizer):
+    engine = build_engine(make_tiny_llama(vocab_size=len(tokenizer)), tokenizer, "tiny", ONE_TOKEN)
+    service = ChatService.open(engine, tmp_path, settings=ChatSettings(max_new_tokens=8), seed=Seed(), cost=CURVE)
+    reply = service.ask("How do I reset my password?")
+    assert reply.stats.forward == "transformers" and reply.stats.step_width is None
+    assert service.forward_name == "transformers"
+    assert service.verify(reply.id).identical  # Verify reruns the same forward the label names
+
+
+def test_the_first_replica_measures_the_width_and_every_later_one_uses_it(tmp_path: Path, monkeypatch, tokenizer):
+    """Two starts on one database that would measure differently (as 4 and 8 on one Intel machine) agree."""
+    measured = iter([8, 4])
+    monkeypatch.setattr(deployment, "choose_step_width", lambda model, cost_file: next(measured))
+    widths = []
+    for replica in ("a", "b"):
+        cache = open_cache(tmp_path / replica, f"sqlite:///{tmp_path / 'shared.db'}", max_entries=100)
+        chooser = deployment.shared_width_chooser(cache, tmp_path / replica / "curves.json", "tiny")
+        widths.append(build_engine(make_tiny_llama(), tokenizer, "tiny", AUTO, chooser).step_width)
+        cache.close()
+    assert widths == [8, 8]
+    assert next(measured) == 4  # the second replica measured nothing: the stored width was used
+
+
+def test_the_dashboard_shows_the_deployments_width(tmp_path: Path, monkeypatch, tokenizer):
+    monkeypatch.setattr(deployment, "choose_step_width", lambda model, cost_file: 4)
+    cache = open_cache(tmp_path, None, max_entries=100)
+    engine = build_engine(make_tiny_llama(vocab_size=len(tokenizer)), tokenizer, "tiny", AUTO,
+                          deployment.shared_width_chooser(cache, tmp_path / "curves.json", "tiny"))
+    service = ChatService.start(engine, cache, tmp_path, ChatSettings(max_new_tokens=8), Seed(), CURVE)
+
+    accounts = Accounts(StaffStore.open(tmp_path), PasswordHasher(time_cost=1, memory_cost=1024, parallelism=1))
+    accounts.add("ada", "agent", "agent-password", actor="test")
+    summary = AdminService(cache, service, accounts).engine_summary("ada")
+    assert summary.step_width == summary.deployment_step_width == 4
+    assert "packed forward, 4-wide decode steps" in summary.line

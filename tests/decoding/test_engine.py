@@ -1,0 +1,74 @@
+"""The one decision of which forward runs and how wide every step is (decoding/engine.py)."""
+
+import pytest
+import torch
+
+from decoding import (
+    AUTO,
+    ONE_TOKEN,
+    AdaptiveCopyPolicy,
+    CostCurve,
+    EngineConfigError,
+    LlmaOptions,
+    PackedLlama,
+    StepWidth,
+    build_engine,
+    greedy_generate,
+    llma_generate,
+)
+from tests.conftest import make_tiny_llama
+
+
+def test_the_step_width_setting_parses_auto_one_token_and_a_width():
+    assert StepWidth.parse("auto") == AUTO and StepWidth.parse(" AUTO ") == AUTO
+    assert StepWidth.parse("0") == ONE_TOKEN and StepWidth.parse(0) == ONE_TOKEN
+    assert StepWidth.parse("8") == StepWidth("fixed", 8) and str(StepWidth.parse(8)) == "8"
+    for bad in ("-1", "wide", "", "4.5"):
+        with pytest.raises(ValueError, match="step width must be auto, 0"):
+            StepWidth.parse(bad)
+
+
+def test_step_width_zero_on_a_packable_model_runs_and_names_transformers_forward():
+    """The packed forward runs W-wide steps only: with one-token steps transformers' forward decodes, and the
+    engine says so, for the engine line, the stats and the cost-curve keys alike."""
+    engine = build_engine(make_tiny_llama(), tokenizer=None, model_id="tiny", width=ONE_TOKEN)
+    assert not isinstance(engine.model, PackedLlama)
+    assert engine.forward == "transformers" and engine.step_width is None
+    assert "transformers forward, one-token decode steps" in engine.describe()
+
+
+def test_a_fixed_width_on_a_packable_model_runs_the_packed_forward():
+    engine = build_engine(make_tiny_llama(), tokenizer=None, model_id="tiny", width=StepWidth.parse(4))
+    assert isinstance(engine.model, PackedLlama)
+    assert engine.forward == "packed" and engine.step_width == 4
+    assert "packed forward, 4-wide decode steps" in engine.describe()
+    assert engine.steps(100, 20).width == 4
+
+
+def test_auto_asks_the_chooser_and_an_unused_chooser_is_never_called():
+    asked = []
+    engine = build_engine(make_tiny_llama(), None, "tiny", AUTO, choose_width=lambda model: asked.append(model) or 8)
+    assert engine.step_width == 8 and engine.forward == "packed" and len(asked) == 1
+    build_engine(make_tiny_llama(), None, "tiny", StepWidth.parse(4), choose_width=lambda model: asked.append(model))
+    assert len(asked) == 1
+
+
+def test_bfloat16_with_one_token_steps_is_refused_with_the_reason():
+    model = make_tiny_llama().to(torch.bfloat16)
+    with pytest.raises(EngineConfigError, match="bfloat16 with one-token steps.*differ from greedy"):
+        build_engine(model, None, "tiny", ONE_TOKEN)
+    with pytest.raises(EngineConfigError):  # "auto" that settles on one-token steps is refused the same way
+        build_engine(make_tiny_llama().to(torch.bfloat16), None, "tiny", AUTO, choose_width=lambda model: None)
+    assert build_engine(make_tiny_llama().to(torch.bfloat16), None, "tiny", StepWidth.parse(4)).step_width == 4
+
+
+def test_llma_on_the_engine_equals_greedy_on_the_engine_either_forward():
+    prompt = list(range(3, 40))
+    for width in (ONE_TOKEN, StepWidth.parse(4)):
+        engine = build_engine(make_tiny_llama(seed=3), None, "tiny", width)
+        steps = engine.steps(len(prompt), 24)
+        greedy = greedy_generate(engine.model, prompt, 24, eos_token_id=None, steps=steps)
+        policy = AdaptiveCopyPolicy(cost=CostCurve((1, 2, 4, 8, 16), (1.0, 1.0, 1.0, 1.1, 1.3)))
+        references = [greedy.tokens[5:], prompt[::-1]]
+        llma = llma_generate(engine.model, prompt, references, policy, LlmaOptions(24, None), steps=steps)
+        assert llma.tokens == greedy.tokens and llma.copied_tokens > 0
