@@ -14,7 +14,7 @@ import argparse
 import json
 import sys
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
@@ -22,24 +22,28 @@ import torch
 from bench.methods import app_engine, decoding_rule
 from bench.quality_checks import ReplyQuality, judge
 from bench.workloads import round_robin
-from chatbot import ChatService, ChatSettings, Seed
+from chatbot import ChatService, ChatSettings, Seed, Verification
 from chatbot.service import open_cache
 from data import Question, group_questions, load_questions
 
 SETS = ("first wording", "reworded", "novel")
-# Instructions tried against the default: short answers, the article's facts only, and an explicit end.
-SHORT_PROMPT = (
+# The instructions and layout the app had before they were measured here (issue 19).
+EARLIER_PROMPT = (
     "You are the customer support assistant for Nimbus Drive, a cloud file storage and sharing service. "
-    "Answer in a few short numbered steps or sentences, using only the facts in the help article. "
-    "Never make up prices, numbers or links. Stop as soon as the question is answered."
+    "Answer the customer's question clearly and concisely, with numbered steps when there are steps."
 )
-# Each variant: a decoding rule (bench.methods.RULES) and the chat settings that differ from the app's.
+EARLIER = {"system_prompt": EARLIER_PROMPT, "prompt_layout": "system"}
+# Each variant: a decoding rule (bench.methods.RULES), changes to it, and the chat settings that differ from the app's.
 VARIANTS = {
-    "off": ("off", {}),  # plain greedy, the app's prompt: how replies were before the rule
-    "dry": ("dry", {}),  # the app's default
-    "dry-turn": ("dry", {"prompt_layout": "turn"}),
-    "dry-short": ("dry", {"system_prompt": SHORT_PROMPT}),
-    "dry-short-turn": ("dry", {"system_prompt": SHORT_PROMPT, "prompt_layout": "turn"}),
+    "before": ("off", {}, EARLIER),  # plain greedy on the earlier prompt: the replies before issue 19
+    "off": ("off", {}, {}),  # plain greedy on the app's prompt
+    "dry-earlier-prompt": ("dry", {}, EARLIER),
+    "dry-earlier-prompt-turn": ("dry", {}, {"system_prompt": EARLIER_PROMPT}),
+    "dry-system": ("dry", {}, {"prompt_layout": "system"}),
+    "dry-no-end": ("dry", {"end_bonus": 0.0}, {}),  # DRY and the stop rule only
+    "dry-end-96": ("dry", {"end_after": 96, "end_bonus": 0.05}, {}),
+    "dry-end-128": ("dry", {"end_after": 128, "end_bonus": 0.1}, {}),
+    "dry": ("dry", {}, {}),  # the app's default
 }
 
 
@@ -52,7 +56,7 @@ class Asked:
     question: str
     reply: str
     quality: ReplyQuality
-    identical: bool  # equal to the rule decoded one step at a time (Verify)
+    identical: bool | None  # equal to the rule decoded one step at a time (Verify); None: not verified
     seconds: float
     greedy_seconds: float  # Verify's rerun
     copied_share: float
@@ -72,13 +76,13 @@ def question_sets(questions: list[Question], limit: int, skip: int = 0) -> dict[
     }
 
 
-def ask_all(service: ChatService, rule: str, sets: dict[str, list[str]]) -> list[Asked]:
+def ask_all(service: ChatService, rule: str, sets: dict[str, list[str]], verify: bool = True) -> list[Asked]:
     asked = []
     for name, questions in sets.items():
         for question in questions:
             reply = service.ask(question)
             stored = service.cache.get_reply(reply.id)
-            check = service.verify(reply.id)
+            check = service.verify(reply.id) if verify else Verification(reply.id, None, 0.0, reply.stats.seconds, 0)
             prompt_text = service.tokenizer.decode(stored.prompt_ids, skip_special_tokens=True)
             quality = judge(reply.text, stored.token_ids, prompt_text, reply.stats.stop_reason)
             asked.append(Asked(rule, name, question, reply.text, quality, check.identical, check.reply_seconds,
@@ -88,15 +92,16 @@ def ask_all(service: ChatService, rule: str, sets: dict[str, list[str]]) -> list
     return asked
 
 
-def run_variant(engine, variant: str, sets: dict[str, list[str]], max_new_tokens: int) -> list[Asked]:
+def run_variant(engine, variant: str, sets: dict[str, list[str]], max_new_tokens: int, verify: bool) -> list[Asked]:
     """A fresh install (the shipped articles and approved answers) decoding under `variant`."""
-    rule, changes = VARIANTS[variant]
-    settings = ChatSettings(max_new_tokens=max_new_tokens, repetition=decoding_rule(rule), **changes)
+    rule, rule_changes, changes = VARIANTS[variant]
+    rule = replace(decoding_rule(rule), **rule_changes)
+    settings = ChatSettings(max_new_tokens=max_new_tokens, repetition=rule, **changes)
     with tempfile.TemporaryDirectory(prefix="quality-") as data_dir:
         cache = open_cache(data_dir, None, settings.max_entries)
         service = ChatService.start(engine, cache, data_dir, settings, Seed.shipped())
         try:
-            return ask_all(service, variant, sets)
+            return ask_all(service, variant, sets, verify)
         finally:
             cache.close()
 
@@ -105,9 +110,9 @@ def table(asked: list[Asked], max_new_tokens: int) -> str:
     """One row per rule and question set."""
     lines = [
         "| variant | questions | replies | loop | ended before the limit (EOS / stop rule) | at the limit "
-        "| mean tokens "
+        "| mean tokens | copied "
         "| with an unsupported fact | unsupported facts / reply | identical to step-by-step | speedup (Verify) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for rule in dict.fromkeys(a.variant for a in asked):
         for name in [*SETS, "all"]:
@@ -126,9 +131,11 @@ def row(rule: str, name: str, rows: list[Asked]) -> str:
         f"| {rule} | {name} | {n} | {share(sum(a.quality.loops for a in rows))} "
         f"| {share(ended.count('eos') + ended.count('repetition'))} ({ended.count('eos')} / "
         f"{ended.count('repetition')}) | {share(ended.count('limit'))} "
-        f"| {sum(a.quality.tokens for a in rows) / n:.0f} | {share(sum(bool(a.quality.unsupported) for a in rows))} "
-        f"| {sum(len(a.quality.unsupported) for a in rows) / n:.2f} | {share(sum(a.identical for a in rows))} "
-        f"| {speedup:.2f}x |"
+        f"| {sum(a.quality.tokens for a in rows) / n:.0f} | {sum(a.copied_share for a in rows) / n:.0%} "
+        f"| {share(sum(bool(a.quality.unsupported) for a in rows))} "
+        f"| {sum(len(a.quality.unsupported) for a in rows) / n:.2f} "
+        f"| {share(sum(a.identical for a in rows)) if rows[0].identical is not None else 'not checked'} "
+        f"| {f'{speedup:.2f}x' if rows[0].identical is not None else 'not measured'} |"
     )
 
 
@@ -138,7 +145,9 @@ def main() -> None:
     parser.add_argument("--questions", type=int, default=8, help="questions per set (first wording, reworded, novel)")
     parser.add_argument("--max-new-tokens", type=int, default=ChatSettings.max_new_tokens)
     parser.add_argument("--skip", type=int, default=0, help="leave out each set's first N questions")
-    parser.add_argument("--variants", default="off,dry", help=f"from {', '.join(VARIANTS)}")
+    parser.add_argument("--variants", default="before,dry", help=f"from {', '.join(VARIANTS)}")
+    parser.add_argument("--no-verify", dest="verify", action="store_false",
+                        help="skip the step-by-step rerun (no identity check, no measured speedup): for tuning")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     parser.add_argument("--out", type=Path, default=Path("results/quality"))
     args = parser.parse_args()
@@ -150,7 +159,7 @@ def main() -> None:
     engine = app_engine()
     print(f"Engine: {engine.describe()}", flush=True)
     sets = question_sets(load_questions(), args.questions, args.skip)
-    asked = [a for variant in variants for a in run_variant(engine, variant, sets, args.max_new_tokens)]
+    asked = [a for variant in variants for a in run_variant(engine, variant, sets, args.max_new_tokens, args.verify)]
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "replies.json").write_text(json.dumps([asdict(a) for a in asked], indent=1, ensure_ascii=False))
     command = "python -m bench.quality " + " ".join(sys.argv[1:])

@@ -6,9 +6,15 @@ import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+# Measured with `python -m bench.quality` against the earlier "Answer the customer's question clearly and
+# concisely, with numbered steps when there are steps." (and the approved answer in the system message): on 24
+# held-out questions under the DRY rule, 29% instead of 42% of replies ran to the token limit and unsupported
+# facts fell from 2.0 to 1.0 a reply; the approved answer as an earlier turn is copied more (75% vs 43% on
+# "How do I reset my password?").
 DEFAULT_SYSTEM_PROMPT = (
     "You are the customer support assistant for Nimbus Drive, a cloud file storage and sharing service. "
-    "Answer the customer's question clearly and concisely, with numbered steps when there are steps."
+    "Answer in a few short numbered steps or sentences, using only the facts in the help article. "
+    "Never make up prices, numbers or links. Stop as soon as the question is answered."
 )
 
 

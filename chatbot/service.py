@@ -45,13 +45,14 @@ class ChatService:
         self.engine, self.cache, self.settings, self.cost = engine, cache, settings, cost
         self.tokenizer, self.model_id = engine.tokenizer, engine.model_id
         self.policy = AdaptiveCopyPolicy(cost=cost)
+        self.rule = settings.repetition.for_tokenizer(engine.tokenizer.eos_token_id)  # the decoding rule replies equal
         # The one lock on the model: a forward at a time, chat turns and staff's Verify alike (2 cores gain
         # nothing from more). Admission (chatbot/admission.py) decides which chat turn goes next.
         self._model_lock = threading.Lock()
         limit = getattr(engine.model.config, "max_position_embeddings", settings.context_window)
         self.context_window = min(settings.context_window, limit)
         self.planner = TurnPlanner(cache, engine, settings, self.context_window)
-        self.meter = ReplyMeter(engine, cost, settings.repetition, settings.max_new_tokens)
+        self.meter = ReplyMeter(engine, cost, self.rule, settings.max_new_tokens)
 
     @classmethod
     def create(
@@ -132,7 +133,7 @@ class ChatService:
         references = [hit.answer_ids for hit in turn.references]
         result = DecodeResult()
         options = LlmaOptions(self.settings.max_new_tokens, self.tokenizer.eos_token_id,
-                               repetition=self.settings.repetition)
+                               repetition=self.rule)
         stream = llma_stream(self.engine.model, turn.prompt.ids, references, policy, options, result,
                              steps=turn.steps)
         timer = StepTimer()

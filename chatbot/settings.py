@@ -31,7 +31,7 @@ class ChatSettings:
     grounding_threshold: float = 0.6
     grounding_answers: int = 1
     grounding_token_budget: int = 384  # answer tokens the grounding may add to the prompt
-    prompt_layout: str = "system"  # where approved answers sit: in the system message, or as an earlier turn
+    prompt_layout: str = "turn"  # where approved answers sit: as an earlier exchange, or in the system message
     # The decoding rule every reply equals (LLMA only makes it faster): greedy with a DRY penalty on repeating
     # the reply itself and a stop when it repeats 16 tokens anyway (decoding/repetition.py, measured there).
     repetition: RepetitionRule = RECOMMENDED_REPETITION_RULE

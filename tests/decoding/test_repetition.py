@@ -42,7 +42,9 @@ RULES = {
     "dry": RepetitionRule(dry_multiplier=2.0, dry_allowed_length=1),
     "dry+stop3": RepetitionRule(dry_multiplier=1.0, dry_base=2.0, dry_allowed_length=2, stop_ngram=3),
     "stop3": RepetitionRule(stop_ngram=3),
-    "recommended": RECOMMENDED_REPETITION_RULE,
+    "end": RepetitionRule(end_after=4, end_bonus=1.0, eos_token_id=2),
+    "dry+end": RepetitionRule(dry_multiplier=1.0, dry_allowed_length=1, end_after=8, end_bonus=0.5, eos_token_id=2),
+    "recommended": RECOMMENDED_REPETITION_RULE.for_tokenizer(2),
 }
 small_tokens = st.lists(st.integers(0, 5), max_size=40)  # a small alphabet: many repeats
 # Derandomized: in fp32, one-token steps and a verification's rows may round a near-tie apart (2e-6 measured on
@@ -120,6 +122,17 @@ def test_dry_penalty_is_applied_in_float32_and_can_change_the_choice():
     assert rule.choose(logits, reply[:-1]) == 9  # "7" alone is under the allowed length
     expected = (logits.float() - torch.nn.functional.one_hot(torch.tensor(9), 11).float()).argmax()
     assert rule.choose(logits, reply) == int(expected)
+
+
+def test_the_end_bonus_lifts_eos_by_the_tokens_past_end_after_and_needs_the_eos_id():
+    rule = RepetitionRule(end_after=3, end_bonus=0.5, eos_token_id=7)
+    assert rule.penalties([1, 2, 3]) == {} and rule.penalties([1, 2, 3, 4, 5]) == {7: -1.0}
+    assert not RepetitionRule(end_after=3, end_bonus=0.5).changes_choice  # no EOS known: nothing to lift
+    assert RepetitionRule(end_bonus=0.5).for_tokenizer(7).eos_token_id == 7
+    assert RepetitionRule().for_tokenizer(7) == RepetitionRule()  # no bonus: the rule stays as stored before
+    logits = torch.zeros(10)
+    logits[4], logits[7] = 1.0, 0.2
+    assert rule.choose(logits, [1, 2, 3, 4]) == 4 and rule.choose(logits, [1, 2, 3, 4, 5, 6]) == 7
 
 
 def test_penalties_saturate_and_stay_finite():
