@@ -50,8 +50,8 @@ def test_logits_are_bit_identical_in_every_row_of_a_block(bundled_bf16):
     text = " ".join(f"Q: {q} A: Open Settings, then Security, and follow the steps shown." for q in QUESTIONS * 4)
     ids = tokenizer(text)["input_ids"][:300]  # positions grow past several hundred tokens
     assert len(ids) == 300
-    # 170 positions from 130 on: every row of a block, across the key granules at 192 and 256
-    assert differing_positions(model, ids, 130, steps) == []
+    # 130 positions from 170 on: every row of a block, across the key granules at 192 and 256
+    assert differing_positions(model, ids, 170, steps) == []
 
 
 def test_llma_equals_fixed_width_decoding_under_the_apps_rule_with_hostile_references(bundled_bf16):

@@ -47,11 +47,11 @@ def test_greedy_generate_equals_transformers_generate(bundled):
 def test_llma_equals_greedy_with_helpful_and_useless_references(bundled):
     model, tokenizer = bundled
     eos = tokenizer.eos_token_id
-    answers = {q: greedy_generate(model, chat_ids(tokenizer, q), 40, eos_token_id=eos).tokens for q in QUESTIONS}
+    answers = {q: greedy_generate(model, chat_ids(tokenizer, q), 40, eos_token_id=eos).tokens for q in QUESTIONS[:4]}
     useless = tokenizer("Our office is closed on public holidays. " * 8)["input_ids"]
     copied_somewhere = 0
     policy = AdaptiveCopyPolicy(cost=measure_cost_curve(model, sizes=(1, 4, 16), repeats=1))
-    for i, question in enumerate(QUESTIONS):
+    for i, question in enumerate(QUESTIONS[:3]):
         ids = chat_ids(tokenizer, question)
         neighbour = answers[QUESTIONS[(i + 1) % len(QUESTIONS)]]
         for references in ([answers[question], useless], [neighbour, useless]):

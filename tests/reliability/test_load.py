@@ -1,4 +1,4 @@
-"""Load: 8 chat sessions at once, 5 questions each, against one server.
+"""Load: 8 chat sessions at once, 3 questions each, against one server.
 
 Every reply arrives, each is stored with its own session's question and history, the database holds every
 reply, the log shows no lock errors, and the FAISS index agrees with the database afterwards.
@@ -22,8 +22,6 @@ TOPICS = [
     "How do I reset my password?",
     "How much storage does my plan include?",
     "Can I share a folder with someone outside my team?",
-    "How do I cancel my subscription?",
-    "Where do deleted files go?",
 ]
 
 
@@ -43,7 +41,7 @@ class Session:
 
 
 def run_session(url: str, marker: str, start: threading.Barrier) -> Session:
-    """One user: a client of its own, five questions, each sent with this session's own history."""
+    """One user: a client of its own, a question per topic, each sent with this session's own history."""
     client = Client(f"{url}/", verbose=False)
     session, history = Session(marker, client.session_hash), []
     start.wait(timeout=START_TIMEOUT_S)  # if a client failed to connect, the others give up instead of waiting forever
@@ -74,12 +72,13 @@ def test_every_reply_arrives_and_is_stored(server, load_run):
     sessions, before, _ = load_run
     turns = [turn for session in sessions for turn in session.turns]
     reply_ids = {turn.stats["reply_id"] for turn in turns}
-    assert len(turns) == 40 and all(turn.text.strip() for turn in turns) and len(reply_ids) == 40
+    asked = len(MARKERS) * len(TOPICS)
+    assert len(turns) == asked and all(turn.text.strip() for turn in turns) and len(reply_ids) == asked
     after = read_store(server.data_dir)
     print(f"replies {len(before.reply_ids)} -> {len(after.reply_ids)}, entries {len(before.entry_ids)} -> "
           f"{len(after.entry_ids)}")
-    assert reply_ids <= after.reply_ids and len(after.reply_ids) == len(before.reply_ids) + 40
-    assert len(after.entry_ids) == len(before.entry_ids) + 40  # 40 different questions, each decoded once
+    assert reply_ids <= after.reply_ids and len(after.reply_ids) == len(before.reply_ids) + asked
+    assert len(after.entry_ids) == len(before.entry_ids) + asked  # different questions, each decoded once
 
 
 def test_each_session_kept_its_own_conversation(server, load_run):

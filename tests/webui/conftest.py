@@ -56,7 +56,7 @@ def _stop(process: subprocess.Popen) -> None:
         return
     os.killpg(process.pid, signal.SIGTERM)
     try:
-        process.wait(timeout=15)
+        process.wait(timeout=5)  # open Gradio heartbeats keep uvicorn waiting for longer
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
         process.wait(timeout=15)

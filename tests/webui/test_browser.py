@@ -9,6 +9,7 @@ from gradio_client import Client
 from playwright.sync_api import expect
 
 from data import example_questions
+from webui.widgets import REPLY_COLUMNS
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -78,7 +79,8 @@ def test_thumbs_and_reason_are_stored_with_the_reply(chat_page, admin_client):
     chat_page.get_by_text("your reason was saved").wait_for()
     entry_id = entry_rows(admin_client, QUESTION)[0][0]
     replies = admin_client.predict(entry_id, api_name="/open_entry")[3]["data"]
-    assert any(row[5] == "up clear steps" for row in replies)
+    feedback = REPLY_COLUMNS.index("feedback")
+    assert any(row[feedback] == "up clear steps" for row in replies)
 
 
 def test_stop_keeps_nothing_and_hostile_question_stays_text(browser, server, admin_client):
