@@ -55,7 +55,7 @@ run: setup
 test: setup dev browser postgresql
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
-# The inner loop: no model decoding, no app server, no browser (about a minute).
+# The inner loop: no model decoding, no app server, no browser (4 min on the 2-core Intel Xeon).
 test-fast: setup dev
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow and not browser"
 
