@@ -306,11 +306,18 @@ def render_markdown(results: Results, plot_names: list[str]) -> str:
     return "\n\n".join(s for s in sections if s) + "\n"
 
 
+# Each part of the rule, by the setting that switches it on, and the settings it reads.
+RULE_PARTS = {
+    "no_repeat_ngram": ("no_repeat_ngram",),
+    "dry_multiplier": ("dry_multiplier", "dry_base", "dry_allowed_length"),
+    "stop_ngram": ("stop_ngram",),
+    "end_bonus": ("end_after", "end_bonus"),
+}
+
+
 def rule_text(repetition: dict) -> str:
     """The repetition rule in words: what greedy and LLMA both decoded under."""
-    on = {key: value for key, value in repetition.items() if key in ("no_repeat_ngram", "dry_multiplier", "stop_ngram")
-          and value}
-    if not on:
+    shown = [key for switch, keys in RULE_PARTS.items() if repetition.get(switch) for key in keys]
+    if not shown:
         return "plain greedy"
-    return "greedy with " + ", ".join(f"{key}={value}" for key, value in sorted(repetition.items()) if key in on
-                                      or (key.startswith("dry_") and "dry_multiplier" in on))
+    return "greedy with " + ", ".join(f"{key}={repetition[key]}" for key in shown)

@@ -57,8 +57,8 @@ class ReplyMeter:
             f"{step * 1000:.0f} ms ({method})",
             exact_hit=exact_hit, copied_share=round(result.copied_tokens / n, 3) if n else 0.0,
             tokens_per_forward_pass=round(n / result.forward_passes, 2) if result.forward_passes else None,
-            references=reference_uses(turn, copied, lambda hit: True),
-            grounding=reference_uses(turn, copied, lambda hit: hit.id in {g.id for g in turn.grounding}),
+            references=reference_uses(turn, copied),
+            grounding=reference_uses(turn, copied, only={hit.id for hit in turn.grounding}),
             copied_from_prompt=copied.get(PROMPT_SOURCE, 0), copied_from_reply=copied.get(OUTPUT_SOURCE, 0),
             article=ArticleUse(turn.article.id, round(turn.article.score, 3)) if turn.article else None,
             history_trimmed=turn.prompt.dropped_turns,
@@ -77,10 +77,11 @@ def copied_by_source(result: DecodeResult) -> dict[int, int]:
     return copied
 
 
-def reference_uses(turn: ChatTurn, copied: dict[int, int], keep: Callable) -> tuple[ReferenceUse, ...]:
+def reference_uses(turn: ChatTurn, copied: dict[int, int], only: set[int] | None = None) -> tuple[ReferenceUse, ...]:
+    """How much came from each reference (those whose entry id is in `only`, when given), in reference order."""
     return tuple(
         ReferenceUse(hit.id, round(hit.score, 3), copied.get(i, 0))
-        for i, hit in enumerate(turn.references) if keep(hit)
+        for i, hit in enumerate(turn.references) if only is None or hit.id in only
     )
 
 

@@ -219,3 +219,15 @@ def test_summarize_sums_seconds_and_takes_per_question_speedups():
     assert row.identical_share == pytest.approx(2 / 3) and row.mismatches == ["c"]
     assert row.speedup_vs_hf_greedy is None  # hf_greedy did not run
     assert summarize("novel", "oracle", records).questions == 0
+
+
+def test_the_decoding_rule_is_named_by_the_parts_that_are_on():
+    from bench.report import rule_text
+
+    assert rule_text({}) == "plain greedy"
+    assert rule_text({"dry_multiplier": 0.0, "dry_base": 1.75, "stop_ngram": 0, "end_bonus": 0.0}) == "plain greedy"
+    rule = {"dry_multiplier": 0.8, "dry_base": 1.75, "dry_allowed_length": 2, "stop_ngram": 16, "end_after": 96,
+            "end_bonus": 0.05, "no_repeat_ngram": 0, "eos_token_id": 2}
+    assert rule_text(rule) == ("greedy with dry_multiplier=0.8, dry_base=1.75, dry_allowed_length=2, stop_ngram=16, "
+                               "end_after=96, end_bonus=0.05")
+    assert rule_text({"end_after": 96, "end_bonus": 0.05}) == "greedy with end_after=96, end_bonus=0.05"
