@@ -52,12 +52,15 @@ postgresql:
 run: setup
 	$(BIN)/python app.py
 
+# Two workers (pytest-xdist), one torch thread each (tests/threads.py); tests that share an app server or a
+# module's setup stay on one worker (tests/conftest.py).
+PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider -n 2
 test: setup dev browser postgresql
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(PYTEST)
 
-# The inner loop: no model decoding, no app server, no browser (4 min on the 2-core Intel Xeon).
+# The inner loop: no model decoding, no app server, no browser (80 s on a 2-core Intel Xeon without AMX).
 test-fast: setup dev
-	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow and not browser"
+	$(PYTEST) -m "not slow and not browser"
 
 # Every workload and method on 5 questions each (35 in all), 2 in the n-by-k grid: 10-16 min on 2 cores
 # (scaled from the per-question times of a recorded 16-question run; the grid's questions cost about 1.3 others).

@@ -12,7 +12,63 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
-torch.set_num_threads(2)
+from tests.threads import TEST_THREADS  # noqa: E402
+
+torch.set_num_threads(TEST_THREADS)
+
+
+# `make test` runs two pytest-xdist workers. Tests spread one by one where their setup is cheap (the tiny
+# models, the caches, the data); elsewhere a module stays on one worker, so that its module-scoped setup (a
+# service, a bench run, a server) runs once; the modules that share one app server per session stay together.
+# (xdist's own loadgroup marks have no effect under pytest 9, which no longer lets it rename tests.)
+SPREAD_FOLDERS = ("tests/decoding/", "tests/cache/", "tests/data/")
+SHARED_SERVER_MODULES = {
+    "tests/reliability/": ("test_access.py", "test_bad_input.py", "test_content.py", "test_load.py"),
+    "tests/webui/": ("test_api.py", "test_browser.py"),
+}
+SHARED_SERVERS = ("server", "servers")  # the session fixtures of those folders' conftest.py
+
+
+def scheduling_scope(nodeid: str) -> str:
+    """The unit pytest-xdist hands to one worker: a shared server's users, a module, or one test."""
+    path = nodeid.split("::")[0]
+    folder, name = path[: path.rfind("/") + 1], path[path.rfind("/") + 1 :]
+    if name in SHARED_SERVER_MODULES.get(folder, ()):
+        return f"{folder}server"
+    return nodeid if folder in SPREAD_FOLDERS else path
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedSetupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return scheduling_scope(nodeid)
+
+    return SharedSetupScheduling(config, log)
+
+
+HEAVY_FIRST = ("tests/reliability/", "tests/webui/", "tests/bench/")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The longest units first (the servers' tests, the bench run), so no worker is left with one at the end."""
+    def rank(item: pytest.Item) -> int:
+        scope = scheduling_scope(item.nodeid)
+        heavy = scope.endswith("/server") or scope.startswith(HEAVY_FIRST)
+        return 0 if scope.endswith("/server") else 1 if heavy else 2
+
+    items.sort(key=rank)
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """A new module that uses a shared server must join its group, or it would start a second server."""
+    uses = [d for defs in item._fixtureinfo.name2fixturedefs.values() for d in defs
+            if d.scope == "session" and d.argname in SHARED_SERVERS]
+    if uses and scheduling_scope(item.nodeid) != f"{uses[0].baseid}/server":
+        raise pytest.UsageError(f"{item.nodeid} uses the shared app server: add its module to "
+                                "SHARED_SERVER_MODULES in tests/conftest.py")
 
 
 def make_tiny_llama(seed: int = 0, vocab_size: int = 64) -> LlamaForCausalLM:

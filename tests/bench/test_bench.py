@@ -15,6 +15,7 @@ from bench.report import GROUNDED_HEADING
 from bench.results import GROUNDED_WORKLOADS, load
 from bench.workloads import WORKLOADS, select_questions
 from data import Question
+from tests.threads import TEST_THREADS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -49,7 +50,8 @@ def bench_run(tmp_path_factory) -> Path:
     workload.write_text("".join(json.dumps(q) + "\n" for q in QUESTIONS))
     articles.write_text(json.dumps(ARTICLES))
     bench("--workload", str(workload), "--articles", str(articles), "--out", str(out), "--limit", "1",
-          "--max-new-tokens", "24", "--step-width", "4")  # a given width: its measurement is test_packed.py's
+          "--max-new-tokens", "16", "--step-width", "4",  # a given width: its measurement is test_packed.py's
+          "--threads", str(TEST_THREADS))
     return out
 
 

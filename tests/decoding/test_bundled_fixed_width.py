@@ -50,20 +50,20 @@ def test_logits_are_bit_identical_in_every_row_of_a_block(bundled_bf16):
     text = " ".join(f"Q: {q} A: Open Settings, then Security, and follow the steps shown." for q in QUESTIONS * 4)
     ids = tokenizer(text)["input_ids"][:300]  # positions grow past several hundred tokens
     assert len(ids) == 300
-    # 130 positions from 170 on: every row of a block, across the key granules at 192 and 256
-    assert differing_positions(model, ids, 170, steps) == []
+    # 70 positions from 230 on: every row of a block, across the key granule at 256
+    assert differing_positions(model, ids, 230, steps) == []
 
 
 def test_llma_equals_fixed_width_decoding_under_the_apps_rule_with_hostile_references(bundled_bf16):
     """The app's decoding rule (DRY and the stop rule) decoded step by step, and LLMA under it, agree."""
     model, tokenizer, steps = bundled_bf16
     eos, rule = tokenizer.eos_token_id, RECOMMENDED_REPETITION_RULE
-    prompts = [chat_ids(tokenizer, q) for q in QUESTIONS[:2]]
-    answers = [greedy_generate(model, ids, 40, eos, steps=steps, repetition=rule).tokens for ids in prompts]
-    for i, (prompt, answer) in enumerate(zip(prompts, answers, strict=True)):
-        changed = [t if k % 7 != 3 else answers[(i + 1) % 2][0] for k, t in enumerate(answer)]
-        for references in ([answer], [changed], [answer[:12] * 4, answers[(i + 1) % 2], prompt]):
-            for policy in (AdaptiveCopyPolicy(cost=FLAT), FixedCopyPolicy(1, 15)):
-                options = LlmaOptions(40, eos, repetition=rule)
-                out = llma_generate(model, prompt, references, policy, options, steps=steps)
-                assert out.tokens == answer, (i, policy)
+    i = WIDTHS.index(steps.width) % 2  # one question per width, both questions over the widths
+    prompt, other = (chat_ids(tokenizer, q) for q in (QUESTIONS[i], QUESTIONS[1 - i]))
+    answer = greedy_generate(model, prompt, 40, eos, steps=steps, repetition=rule).tokens
+    changed = [t if k % 7 != 3 else other[-1] for k, t in enumerate(answer)]
+    for references in ([answer], [changed], [answer[:12] * 4, other, prompt]):
+        for policy in (AdaptiveCopyPolicy(cost=FLAT), FixedCopyPolicy(1, 15)):
+            options = LlmaOptions(40, eos, repetition=rule)
+            out = llma_generate(model, prompt, references, policy, options, steps=steps)
+            assert out.tokens == answer, (references, policy)

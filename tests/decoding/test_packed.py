@@ -23,7 +23,7 @@ from decoding.cost_model import FLAT_TOLERANCE, STEP_WIDTHS, CostCurve
 from decoding.forward import open_runner
 
 from .invariance import differing_positions, make_tiny_model
-from .test_invariance import DTYPES, hostile_mismatches, random_ids
+from .test_invariance import CONTEXT_LEN, DTYPES, WINDOWS, hostile_mismatches, random_ids
 
 PACKED_ARCHS = ["llama", "mistral", "qwen2"]
 STEPS = StepConfig(width=8, cache_len=512)
@@ -56,9 +56,10 @@ def test_packed_logits_equal_transformers_in_fp32(arch, overrides):
 @pytest.mark.parametrize("arch", PACKED_ARCHS)
 def test_packed_logits_are_bit_identical_in_every_row_of_a_block(arch, dtype):
     model = tiny_packed(arch, DTYPES[dtype])
-    ids = random_ids(seed=len(arch), n=340)
-    for width, prompt_len in [(4, 1), (8, 23)]:
-        assert differing_positions(model, ids, prompt_len, StepConfig(width, cache_len=512)) == [], (width, prompt_len)
+    ids = random_ids(seed=len(arch), n=CONTEXT_LEN)
+    for width, prompt_len, end in WINDOWS:
+        steps = StepConfig(width, cache_len=512)
+        assert differing_positions(model, ids[:end], prompt_len, steps) == [], (width, prompt_len)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

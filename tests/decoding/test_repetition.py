@@ -298,13 +298,13 @@ def test_llma_equals_the_rule_decoded_one_token_at_a_time_fp32(tiny_model, promp
 
 def test_the_tiny_cases_exercise_every_rule(tiny_model):
     """Not vacuous: on these prompts each rule changes plain greedy's reply, and the stop rules fire."""
+    prompts = [random_ids(seed, 10, vocab=64) for seed in range(8)]
+    plain = [greedy_generate(tiny_model, prompt, 40).tokens for prompt in prompts]
     for name, rule in RULES.items():
         changed = stopped = 0
-        for seed in range(8):
-            prompt = random_ids(seed, 10, vocab=64)
-            plain = greedy_generate(tiny_model, prompt, 40).tokens
+        for prompt, plain_tokens in zip(prompts, plain, strict=True):
             ruled = greedy_generate(tiny_model, prompt, 40, repetition=rule)
-            changed += ruled.tokens != plain
+            changed += ruled.tokens != plain_tokens
             stopped += ruled.stop_reason == "repetition"
         assert changed > 0 or not rule.changes_choice or name == "recommended", name  # tuned for real logits
         assert (stopped > 0) == (name in ("stop3", "dry+stop3")), name  # a 3-gram ban leaves no 4-gram to repeat

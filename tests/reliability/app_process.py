@@ -16,6 +16,8 @@ from pathlib import Path
 import faiss
 import httpx
 
+from tests.threads import TEST_THREADS
+
 REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 300  # model, embedder and Gradio load in ~30 s alone; far longer on a busy 2-core machine
 DB_FILE, INDEX_FILE = "cache.sqlite3", "questions.faiss"
@@ -62,11 +64,14 @@ def launch(data_dir: Path, log: Path, max_new_tokens: int = 16, **extra_env: str
     """Start app.py in its own process group without waiting for it; output goes to `log`."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("CHATBOT_")}
-    env.update(
-        CHATBOT_DATA_DIR=str(data_dir), CHATBOT_PORT=str(port), CHATBOT_MAX_NEW_TOKENS=str(max_new_tokens),
-        CHATBOT_THREADS="2", GRADIO_ANALYTICS_ENABLED="False", GRADIO_TEMP_DIR=str(data_dir.parent / "gradio"),
-        PYTHONUNBUFFERED="1", **extra_env,
-    )
+    env.update({
+        "CHATBOT_DATA_DIR": str(data_dir), "CHATBOT_PORT": str(port), "CHATBOT_MAX_NEW_TOKENS": str(max_new_tokens),
+        "CHATBOT_THREADS": str(TEST_THREADS), "GRADIO_ANALYTICS_ENABLED": "False",
+        "GRADIO_TEMP_DIR": str(data_dir.parent / "gradio"), "PYTHONUNBUFFERED": "1",
+        # A given width: measuring one (4 s of every start) is tested in tests/chatbot/test_deployment.py.
+        "CHATBOT_STEP_WIDTH": "4",
+        **extra_env,
+    })
     with open(log, "a") as out:
         process = subprocess.Popen(
             [sys.executable, "app.py"], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,

@@ -5,6 +5,8 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.threads import TEST_THREADS
+
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "test-artifacts"
 
@@ -30,7 +32,8 @@ def free_port() -> int:
 
 
 def server_env(data_dir: Path, **extra: str) -> dict[str, str]:
-    """The environment app.py runs under in these tests: small replies, two threads, a fresh data folder."""
+    """The environment app.py runs under in these tests: small replies, the run's threads (tests/threads.py),
+    a fresh data folder."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CHATBOT_")}
-    env.update(CHATBOT_DATA_DIR=str(data_dir), CHATBOT_MAX_NEW_TOKENS="32", CHATBOT_THREADS="2", **extra)
+    env.update(CHATBOT_DATA_DIR=str(data_dir), CHATBOT_MAX_NEW_TOKENS="32", CHATBOT_THREADS=str(TEST_THREADS), **extra)
     return env
