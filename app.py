@@ -1,6 +1,7 @@
 """Start the helpdesk: read settings once, build the chat service, mount the web pages, serve them."""
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Literal, NoReturn
 
@@ -41,6 +42,7 @@ class Settings(BaseSettings):
     # auto: measured by the deployment's first start and kept in its database; 0: one-token steps; W
     step_width: str = "auto"
     max_new_tokens: int = ChatSettings.max_new_tokens
+    max_concurrent_replies: int = ChatSettings.max_concurrent_replies  # replies sharing one packed forward
     references_k: int = ChatSettings.references_k
     similarity_threshold: float = ChatSettings.similarity_threshold
     use_knowledge_base: bool = ChatSettings.use_knowledge_base
@@ -82,6 +84,7 @@ class Settings(BaseSettings):
             grounding=self.grounding, grounding_threshold=self.grounding_threshold,
             grounding_answers=self.grounding_answers, grounding_token_budget=self.grounding_token_budget,
             repetition=NAMED_RULES[self.repetition], prompt_layout=self.prompt_layout,
+            max_concurrent_replies=self.max_concurrent_replies,
         )
 
     def login_limits(self) -> LoginLimits:
@@ -121,10 +124,11 @@ def main() -> None:
     except InputError as err:
         _fail(f"CHATBOT_ADMIN_PASSWORD: {err}")
     print(_announcement(bootstrap, "CHATBOT_ADMIN_PASSWORD"), flush=True)
-    print(f"Engine: {service.engine.describe()}", flush=True)
+    print(f"Engine: {service.describe()}", flush=True)
     print(f"Chat: http://{settings.host}:{settings.port}/   Admin: http://{settings.host}:{settings.port}/admin")
     admin = AdminService(service.cache, service, accounts)
-    app = build_app(service, admin, example_questions(), Admission(chat_limits), settings.login_limits())
+    admission = Admission(replace(chat_limits, at_once=service.turns_at_once))  # the turns the service decodes at once
+    app = build_app(service, admin, example_questions(), admission, settings.login_limits())
     uvicorn.run(app, host=settings.host, port=settings.port, timeout_graceful_shutdown=5)
 
 

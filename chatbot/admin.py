@@ -259,7 +259,7 @@ class AdminService:
         self.require_role(actor, "agent", "dashboard")
         engine = self.chat.engine
         stored = self.cache.deployment_setting(step_width_key(engine.model_id, engine.model))
-        return EngineSummary(engine.describe(), engine.step_width, int(stored) if stored is not None else None)
+        return EngineSummary(self.chat.describe(), engine.step_width, int(stored) if stored is not None else None)
 
     def reply_series(self, actor: str) -> list[dict]:
         """One point per reply, oldest first: created_at, speedup, tokens_per_forward_pass, seconds_saved."""

@@ -1,7 +1,9 @@
-"""Admission to the model: a bounded line of questions, a share per client, and one turn at a time, in order.
+"""Admission to the model: a bounded line of questions, a share per client, and `at_once` turns at a time, in order.
 
 A question is admitted or refused the moment it arrives (ChatBusy, nothing stored); an admitted one waits its
-turn first come, first served, and is answered and stored like any other. Cost: O(1) per admit and release.
+turn first come, first served, and is answered and stored like any other. `at_once` is how many turns the service
+decodes together (its scheduler's slots on the packed forward; 1 where turns take turns on the model).
+Cost: O(1) per admit and release.
 """
 
 import threading
@@ -25,10 +27,11 @@ class ChatLimits:
     queue_size: int = 16  # questions waiting or being answered, all clients together
     per_client: int = 2  # of those, from one browser session or API client
     per_address: int = 8  # of those, from one IP address; 0 turns this limit off (e.g. behind a proxy)
+    at_once: int = 1  # of those, how many are answered at the same time (ChatService.turns_at_once)
 
     def __post_init__(self) -> None:
-        if self.queue_size < 1 or self.per_client < 1 or self.per_address < 0:
-            raise ValueError(f"queue_size and per_client must be >= 1 and per_address >= 0: {self}")
+        if self.queue_size < 1 or self.per_client < 1 or self.per_address < 0 or self.at_once < 1:
+            raise ValueError(f"queue_size, per_client and at_once must be >= 1 and per_address >= 0: {self}")
 
 
 class Admission:
@@ -40,19 +43,26 @@ class Admission:
         self._by_client: dict[str, int] = {}
         self._by_address: dict[str, int] = {}
         self._next_ticket = 0  # tickets are handed out in arrival order
-        self._serving = 0  # the ticket whose turn it is
-        self._left: set[int] = set()  # tickets that left the line, not yet passed by _serving
+        self._serving = 0  # the next ticket to be let in
+        self._answering = 0  # turns let in and not yet done
+        self._left: set[int] = set()  # tickets that left the line before their turn, not yet passed by _serving
 
     @contextmanager
     def turn(self, client: str, address: str) -> Iterator[None]:
-        """Hold the model for one chat turn; raises ChatBusy at once when the question may not queue."""
+        """Hold a place among the turns answered now; raises ChatBusy at once when the question may not queue."""
         ticket = self._admit(client, address)
+        entered = False
         try:
             with self._turn_changed:
-                self._turn_changed.wait_for(lambda: self._serving == ticket)
+                self._turn_changed.wait_for(
+                    lambda: self._serving == ticket and self._answering < self.limits.at_once
+                )
+                self._answering += 1
+                entered = True
+                self._pass(ticket)
             yield
         finally:
-            self._release(ticket, client, address)
+            self._release(ticket, client, address, entered)
 
     @property
     def waiting(self) -> int:
@@ -74,17 +84,26 @@ class Admission:
             ticket, self._next_ticket = self._next_ticket, self._next_ticket + 1
             return ticket
 
-    def _release(self, ticket: int, client: str, address: str) -> None:
+    def _release(self, ticket: int, client: str, address: str, entered: bool) -> None:
         """Leave the line: done or failed (a ticket that leaves before its turn is skipped when it comes)."""
         with self._turn_changed:
             self._waiting -= 1
             _count(self._by_client, client, -1)
             _count(self._by_address, address, -1)
-            self._left.add(ticket)
-            while self._serving in self._left:
-                self._left.remove(self._serving)
-                self._serving += 1
+            if entered:
+                self._answering -= 1
+            else:
+                self._left.add(ticket)
+                self._pass(self._serving - 1)
             self._turn_changed.notify_all()
+
+    def _pass(self, ticket: int) -> None:
+        """The next ticket to let in follows `ticket`, skipping those that left the line before their turn."""
+        self._serving = max(self._serving, ticket + 1)
+        while self._serving in self._left:
+            self._left.remove(self._serving)
+            self._serving += 1
+        self._turn_changed.notify_all()
 
 
 def _count(counts: dict[str, int], key: str, step: int) -> None:

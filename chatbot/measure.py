@@ -5,7 +5,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from decoding import OUTPUT_SOURCE, PROMPT_SOURCE, CostCurve, DecodeResult, Engine, RepetitionRule
+from decoding import OUTPUT_SOURCE, PROMPT_SOURCE, CostCurve, DecodeResult, Engine, RepetitionRule, Sharing
 
 from .replies import Span
 from .stats import ArticleUse, ReferenceUse, ReplyStats
@@ -42,7 +42,9 @@ class ReplyMeter:
     repetition: RepetitionRule
     max_new_tokens: int
 
-    def stats(self, turn: ChatTurn, result: DecodeResult, timer: StepTimer, exact_hit: bool) -> ReplyStats:
+    def stats(
+        self, turn: ChatTurn, result: DecodeResult, timer: StepTimer, exact_hit: bool, sharing: Sharing | None = None
+    ) -> ReplyStats:
         n = len(result.tokens)
         step, method = timer.step_seconds(self.cost)
         method = f"exact repeat verified in one pass; {method}" if exact_hit else method
@@ -65,7 +67,7 @@ class ReplyMeter:
             finished=result.stop_reason is not None, stop_reason=result.stop_reason or "",
             repetition=self.repetition.to_json(), max_new_tokens=self.max_new_tokens,
             step_width=turn.steps.width, cache_len=turn.steps.cache_len if turn.steps.width else None,
-            forward=self.engine.forward,
+            forward=self.engine.forward, shared_with=round(sharing.mean_others, 2) if sharing else 0.0,
         )
 
 

@@ -1,7 +1,7 @@
 """One chat turn: embed the question, fetch similar past answers, decode with LLMA, store the answer."""
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -14,6 +14,7 @@ from decoding import (
     ONE_TOKEN_STEPS,
     REPETITION_OFF,
     AdaptiveCopyPolicy,
+    Chunk,
     CopyPolicy,
     CostCurve,
     DecodeResult,
@@ -21,12 +22,16 @@ from decoding import (
     FixedCopyPolicy,
     LlmaOptions,
     PackedLlama,
+    Scheduler,
+    Sharing,
     StepWidth,
     build_engine,
     greedy_generate,
     llma_stream,
     load_model,
     load_or_measure,
+    scheduled_greedy,
+    scheduled_llma_stream,
 )
 from decoding.engine import DEFAULT_MODEL_ID
 
@@ -41,13 +46,17 @@ from .turn import ChatTurn, TurnPlanner
 
 
 class ChatService:
-    def __init__(self, engine: Engine, cache: AnswerCache, settings: ChatSettings, cost: CostCurve) -> None:
+    def __init__(
+        self, engine: Engine, cache: AnswerCache, settings: ChatSettings, cost: CostCurve,
+        scheduler: Scheduler | None = None,
+    ) -> None:
         self.engine, self.cache, self.settings, self.cost = engine, cache, settings, cost
         self.tokenizer, self.model_id = engine.tokenizer, engine.model_id
         self.policy = AdaptiveCopyPolicy(cost=cost)
         self.rule = settings.repetition.for_tokenizer(engine.tokenizer.eos_token_id)  # the decoding rule replies equal
-        # The one lock on the model: a forward at a time, chat turns and staff's Verify alike (2 cores gain
-        # nothing from more). Admission (chatbot/admission.py) decides which chat turn goes next.
+        # The packed forward is owned by a scheduler: concurrent turns (and staff's Verify) share its forwards.
+        # transformers' forward takes turns under the lock, a forward at a time.
+        self.scheduler = scheduler or open_scheduler(engine, settings.max_concurrent_replies)
         self._model_lock = threading.Lock()
         limit = getattr(engine.model.config, "max_position_embeddings", settings.context_window)
         self.context_window = min(settings.context_window, limit)
@@ -109,6 +118,20 @@ class ChatService:
         """Which forward decodes: "packed" (decoding/packed.py) or "transformers"."""
         return self.engine.forward
 
+    @property
+    def turns_at_once(self) -> int:
+        """How many chat turns decode at the same time: the scheduler's slots, or 1 where turns take turns."""
+        return self.scheduler.max_slots if self.scheduler is not None else 1
+
+    def describe(self) -> str:
+        """The engine line, and how concurrent replies are served."""
+        if self.scheduler is None:
+            why = "as set" if self.engine.forward == "packed" else f"{self.forward_name} forward"
+            return f"{self.engine.describe()}; one reply at a time ({why})"
+        if self.scheduler.max_slots == 1:
+            return f"{self.engine.describe()}; one reply per forward (this CPU's rows change bits in company)"
+        return f"{self.engine.describe()}; up to {self.scheduler.max_slots} replies share each forward"
+
     # --- one turn --------------------------------------------------------------------------------
 
     def ask(self, question: str, history: list[dict] | None = None, session_id: str = "") -> Reply:
@@ -131,25 +154,38 @@ class ChatService:
 
     def _decode(self, turn: ChatTurn, policy: CopyPolicy, exact_hit: bool) -> Iterator[Reply]:
         references = [hit.answer_ids for hit in turn.references]
-        result = DecodeResult()
-        options = LlmaOptions(self.settings.max_new_tokens, self.tokenizer.eos_token_id,
-                               repetition=self.rule)
+        result, sharing, timer = DecodeResult(), Sharing(), StepTimer()
+        options = LlmaOptions(self.settings.max_new_tokens, self.tokenizer.eos_token_id, repetition=self.rule)
+        for chunk in self._chunks(turn, references, policy, options, result, sharing):
+            timer.lap(chunk.drafted, len(result.tokens))
+            stats = self.meter.stats(turn, result, timer, exact_hit, sharing)
+            yield Reply(text=self._text(result.tokens), stats=stats)
+        yield self._finish(turn, result, timer, exact_hit, sharing)
+
+    def _chunks(
+        self, turn: ChatTurn, references: Sequence[Sequence[int]], policy: CopyPolicy, options: LlmaOptions,
+        result: DecodeResult, sharing: Sharing,
+    ) -> Iterator[Chunk]:
+        """The reply's verified chunks: through the scheduler's shared forwards, or a forward at a time."""
+        if self.scheduler is not None:
+            yield from scheduled_llma_stream(self.scheduler, turn.prompt.ids, references, policy, options,
+                                             turn.steps, result, sharing)
+            return
         stream = llma_stream(self.engine.model, turn.prompt.ids, references, policy, options, result,
                              steps=turn.steps)
-        timer = StepTimer()
         while True:
             with self._model_lock:
                 chunk = next(stream, None)
             if chunk is None:
-                break
-            timer.lap(chunk.drafted, len(result.tokens))
-            yield Reply(text=self._text(result.tokens), stats=self.meter.stats(turn, result, timer, exact_hit))
-        yield self._finish(turn, result, timer, exact_hit)
+                return
+            yield chunk
 
-    def _finish(self, turn: ChatTurn, result: DecodeResult, timer: StepTimer, exact_hit: bool) -> Reply:
+    def _finish(
+        self, turn: ChatTurn, result: DecodeResult, timer: StepTimer, exact_hit: bool, sharing: Sharing
+    ) -> Reply:
         """Store the complete answer and the served reply; return the final Reply."""
         text = self._text(result.tokens)
-        stats = self.meter.stats(turn, result, timer, exact_hit)
+        stats = self.meter.stats(turn, result, timer, exact_hit, sharing)
         entry_id = self.cache.add_answer(
             NewAnswer(
                 question=turn.question, answer=text, answer_ids=list(result.tokens), model_id=self.model_id,
@@ -199,16 +235,22 @@ class ChatService:
         if not prompt_ids or tokens is None:
             raise ValueError(f"reply {reply_id} was stored without its prompt; it cannot be verified")
         stats = ReplyStats.from_json(reply.stats) if reply.stats else None
-        with self._model_lock:
-            greedy = greedy_generate(
-                self._model_for(stats), prompt_ids, self._budget(stats, tokens), self.tokenizer.eos_token_id,
-                steps=stats.steps() if stats else ONE_TOKEN_STEPS, repetition=stats.rule() if stats else REPETITION_OFF,
-            )
+        greedy = self._rerun_greedy(stats, prompt_ids, self._budget(stats, tokens))
         identical = greedy.tokens == tokens
         reply_seconds = max(reply.seconds or 0.0, 1e-6)
         speedup = greedy.seconds / reply_seconds
         self.cache.set_verification(reply_id, identical, speedup)
         return Verification(reply_id, identical, greedy.seconds, reply_seconds, speedup)
+
+    def _rerun_greedy(self, stats: ReplyStats | None, prompt_ids: list[int], budget: int) -> DecodeResult:
+        """Greedy decoding of a stored reply's prompt on the forward, step shape and rule it was decoded with."""
+        steps = stats.steps() if stats else ONE_TOKEN_STEPS
+        rule = stats.rule() if stats else REPETITION_OFF
+        model, eos = self._model_for(stats), self.tokenizer.eos_token_id
+        if self.scheduler is not None and model is self.scheduler.model:
+            return scheduled_greedy(self.scheduler, prompt_ids, LlmaOptions(budget, eos, repetition=rule), steps)
+        with self._model_lock:
+            return greedy_generate(model, prompt_ids, budget, eos, steps=steps, repetition=rule)
 
     @staticmethod
     def _budget(stats: ReplyStats | None, tokens: list[int]) -> int:
@@ -231,7 +273,15 @@ class ChatService:
 
     def with_settings(self, **changes) -> "ChatService":
         """A service sharing engine and cache but with other settings (for tests and the benchmark)."""
-        return ChatService(self.engine, self.cache, replace(self.settings, **changes), self.cost)
+        return ChatService(self.engine, self.cache, replace(self.settings, **changes), self.cost, self.scheduler)
+
+
+def open_scheduler(engine: Engine, max_concurrent_replies: int) -> Scheduler | None:
+    """The scheduler that owns the packed forward; None where replies take turns, a forward at a time:
+    on transformers' forward, or when one reply at a time is asked for (as before continuous batching)."""
+    if engine.forward != "packed" or max_concurrent_replies == 1:
+        return None
+    return Scheduler.checked(engine.model, engine.step_width, max_concurrent_replies)
 
 
 def open_cache(data_dir: str | Path, db_url: str | None, max_entries: int) -> AnswerCache:

@@ -35,12 +35,17 @@ class ChatSettings:
     # The decoding rule every reply equals (LLMA only makes it faster): greedy with a DRY penalty on repeating
     # the reply itself and a stop when it repeats 16 tokens anyway (decoding/repetition.py, measured there).
     repetition: RepetitionRule = RECOMMENDED_REPETITION_RULE
+    # Most replies decoding at once on the packed forward, their W-wide blocks stacked into one forward (each
+    # holds a preallocated KV cache); more wait for a slot. transformers' forward decodes one reply at a time.
+    max_concurrent_replies: int = 8
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_new_tokens < self.context_window:
             raise ValueError("max_new_tokens must be at least 1 and below context_window")
         if not -1.0 <= self.similarity_threshold <= 1.0 or not -1.0 <= self.article_threshold <= 1.0:
             raise ValueError("similarity thresholds are cosine similarities in [-1, 1]")
+        if self.max_concurrent_replies < 1:
+            raise ValueError("max_concurrent_replies must be at least 1")
         if self.references_k < 1 or self.max_question_chars < 1:
             raise ValueError("references_k and max_question_chars must be at least 1")
         if self.grounding not in GROUNDING_REVIEWS:

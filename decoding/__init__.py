@@ -12,6 +12,7 @@ from .policy import AdaptiveCopyPolicy, CopyPolicy, Drafter, FixedCopyPolicy, be
 from .reference_index import OUTPUT_SOURCE, PROMPT_SOURCE, Match, ReferenceIndex
 from .repetition import NAMED_RULES, RECOMMENDED_REPETITION_RULE, REPETITION_OFF, RepetitionRule
 from .result import Chunk, CopiedRun, DecodeResult
+from .scheduler import Scheduler, Sharing, scheduled_greedy, scheduled_llma_stream
 from .steps import (
     ONE_TOKEN_STEPS,
     UNKNOWN,
@@ -59,6 +60,10 @@ __all__ = [
     "pack_model",
     "packing_refusal",
     "ReferenceIndex",
+    "Scheduler",
+    "Sharing",
+    "scheduled_greedy",
+    "scheduled_llma_stream",
     "NAMED_RULES",
     "RECOMMENDED_REPETITION_RULE",
     "REPETITION_OFF",

@@ -89,10 +89,10 @@ class ModelVerifier:
 
     def __init__(
         self, model, prompt_ids: Sequence[int], steps: StepConfig = ONE_TOKEN_STEPS,
-        repetition: RepetitionRule = REPETITION_OFF,
+        repetition: RepetitionRule = REPETITION_OFF, runner=None,
     ) -> None:
         self.prompt_ids, self.steps, self.repetition = prompt_ids, steps, repetition
-        self.runner = open_runner(model, steps)
+        self.runner = runner if runner is not None else open_runner(model, steps)  # a scheduler may pass its own
         self.fed = len(prompt_ids)  # positions held in the KV cache, padding and rejected drafts excluded
         self.forward_passes = 0
 

@@ -56,6 +56,31 @@ class KvCache:
         return self.keys[0].shape[2]
 
 
+@dataclass(frozen=True)
+class Lane:
+    """One reply's rows in a forward: tokens `ids` (T,) at positions start.. over its own cache and key count."""
+
+    ids: torch.Tensor
+    start: int
+    cache: KvCache
+    key_len: int
+
+    def check_fits(self) -> None:
+        end = self.start + self.ids.shape[0]
+        if end > self.cache.cache_len or self.key_len > self.cache.cache_len:
+            raise ValueError(f"positions {self.start}..{end} do not fit a cache of {self.cache.cache_len}")
+
+
+@dataclass(frozen=True)
+class _LaneContext:
+    """What a lane's attention needs in every layer, built once per forward: rotary rows and masks."""
+
+    lane: Lane
+    cos: torch.Tensor
+    sin: torch.Tensor
+    masks: dict[int | None, torch.Tensor]  # by sliding window (None: full attention)
+
+
 def packing_refusal(model: torch.nn.Module) -> str | None:
     """Why `model` cannot run on the packed forward, or None when it can."""
     cfg = model.config
@@ -115,7 +140,6 @@ class PackedLlama:
             return [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in self.layers]
         return KvCache(zeros(), zeros())
 
-    @torch.inference_mode()
     def forward(
         self, ids: torch.Tensor, start: int, cache: KvCache, key_len: int, last_only: bool = False
     ) -> torch.Tensor:
@@ -125,41 +149,59 @@ class PackedLlama:
         change, in the last bits, with the number of keys (measured: SDPA on this CPU), so the caller keeps
         `key_len` a function of the row's position alone (StepConfig.key_len).
         """
-        n_tokens = ids.shape[0]
-        if start + n_tokens > cache.cache_len or key_len > cache.cache_len:
-            raise ValueError(f"positions {start}..{start + n_tokens} do not fit a cache of {cache.cache_len}")
-        cos, sin = self._rotary_tables(start, n_tokens, cache.cache_len)
-        group = self.n_heads // self.n_kv_heads
-        masks = {window: self._mask(start, n_tokens, key_len, window).repeat(group, 1) for window in self._windows}
-        x = F.embedding(ids, self.embed)  # (T, hidden)
-        for i, layer in enumerate(self.layers):
+        return self.forward_lanes([Lane(ids, start, cache, key_len)], last_only)[0]
+
+    @torch.inference_mode()
+    def forward_lanes(self, lanes: Sequence["Lane"], last_only: bool = False) -> list[torch.Tensor]:
+        """Logits of each lane's rows (T_i, V), or of its last row (1, V) with `last_only`.
+
+        The layer products (q/k/v, o, gate/up, down, the head) run once over all lanes' rows stacked;
+        attention runs per lane over its own cache with exactly the keys it would attend alone. A forward
+        of one lane is the single-reply forward, so a reply decoded alone and in company run the same code;
+        that a row's products do not change with the stacked row count is measured (decoding/batch_probe.py).
+        """
+        for lane in lanes:
+            lane.check_fits()
+        sizes = [lane.ids.shape[0] for lane in lanes]
+        contexts = [self._lane_context(lane) for lane in lanes]
+        x = F.embedding(torch.cat([lane.ids for lane in lanes]) if len(lanes) > 1 else lanes[0].ids, self.embed)
+        for i, layer in enumerate(self.layers):  # x: (sum T_i, hidden)
             h = F.rms_norm(x, x.shape[-1:], layer.input_norm, self.eps)
-            x = x + self._attention(i, layer, h, start, cos, sin, masks[layer.window], cache, key_len)
+            qkv = self._linear(h, layer.qkv, layer.qkv_bias)
+            parts = [self._attend(i, layer, rows, ctx) for rows, ctx in zip(qkv.split(sizes), contexts, strict=True)]
+            x = x + self._linear(parts[0] if len(parts) == 1 else torch.cat(parts), layer.o, layer.o_bias)
             x = x + self._mlp(layer, F.rms_norm(x, x.shape[-1:], layer.post_norm, self.eps))
-        x = F.rms_norm(x[-1:] if last_only else x, x.shape[-1:], self.norm, self.eps)
-        return self._linear(x, self.head)
+        if last_only:
+            x, sizes = x[torch.tensor(sizes).cumsum(0) - 1], [1] * len(lanes)
+        logits = self._linear(F.rms_norm(x, x.shape[-1:], self.norm, self.eps), self.head)
+        return list(logits.split(sizes))
 
     # --- one layer --------------------------------------------------------------------------------
 
-    def _attention(self, i: int, layer: PackedLayer, h: torch.Tensor, start: int, cos: torch.Tensor,
-                   sin: torch.Tensor, mask: torch.Tensor, cache: KvCache, key_len: int) -> torch.Tensor:
-        n_tokens, heads, kv_heads, dim = h.shape[0], self.n_heads, self.n_kv_heads, self.head_dim
-        qkv = self._linear(h, layer.qkv, layer.qkv_bias)
+    def _lane_context(self, lane: "Lane") -> "_LaneContext":
+        n_tokens = lane.ids.shape[0]
+        cos, sin = self._rotary_tables(lane.start, n_tokens, lane.cache.cache_len)
+        group = self.n_heads // self.n_kv_heads
+        masks = {w: self._mask(lane.start, n_tokens, lane.key_len, w).repeat(group, 1) for w in self._windows}
+        return _LaneContext(lane, cos, sin, masks)
+
+    def _attend(self, i: int, layer: PackedLayer, qkv: torch.Tensor, ctx: "_LaneContext") -> torch.Tensor:
+        """One lane's attention (T, heads * dim) from its rows of the q/k/v product, over its own cache."""
+        n_tokens, heads, kv_heads, dim = qkv.shape[0], self.n_heads, self.n_kv_heads, self.head_dim
         # q and k take the same rotation, so they are rotated together: (T, heads + kv_heads, dim).
-        qk = _rotate(qkv[:, : (heads + kv_heads) * dim].view(n_tokens, heads + kv_heads, dim), cos, sin)
+        qk = _rotate(qkv[:, : (heads + kv_heads) * dim].view(n_tokens, heads + kv_heads, dim), ctx.cos, ctx.sin)
         v = qkv[:, (heads + kv_heads) * dim :].view(n_tokens, kv_heads, dim)
-        end = start + n_tokens
-        keys, values = cache.keys[i], cache.values[i]
+        start, end, key_len = ctx.lane.start, ctx.lane.start + n_tokens, ctx.lane.key_len
+        keys, values = ctx.lane.cache.keys[i], ctx.lane.cache.values[i]
         keys[0, :, start:end] = qk[:, heads:].transpose(0, 1)
         values[0, :, start:end] = v.transpose(0, 1)
         # The q heads sharing a kv head are stacked as rows of one query (kv_heads, group * T, dim): one
         # product of more rows per kv head runs faster than one per q head (108 vs 138 us at 320 keys).
         q = qk[:, :heads].transpose(0, 1).reshape(1, kv_heads, heads // kv_heads * n_tokens, dim)
         out = F.scaled_dot_product_attention(
-            q, keys[:, :, :key_len], values[:, :, :key_len], attn_mask=mask, scale=self.scaling
+            q, keys[:, :, :key_len], values[:, :, :key_len], attn_mask=ctx.masks[layer.window], scale=self.scaling
         )  # (1, kv_heads, group * T, dim)
-        out = out.view(heads, n_tokens, dim).transpose(0, 1).reshape(n_tokens, heads * dim)
-        return self._linear(out, layer.o, layer.o_bias)
+        return out.view(heads, n_tokens, dim).transpose(0, 1).reshape(n_tokens, heads * dim)
 
     def _mlp(self, layer: PackedLayer, h: torch.Tensor) -> torch.Tensor:
         gate_up = self._linear(h, layer.gate_up)
@@ -263,12 +305,19 @@ class PackedRunner:
         """Logits (len(block), V) of one forward of `block` padded to the step width; every row through the head.
 
         A next block follows on after the real inputs, writing over the padding's entries."""
+        logits = self.model.forward_lanes([self.lane(block)])[0]
+        self.advance(len(block))
+        return logits[: len(block)]
+
+    def lane(self, block: list[int]) -> Lane:
+        """`block`, padded to the step width, as this reply's rows of a forward (alone or shared)."""
         if len(block) > self.steps.block_len(self.length):
             raise ValueError(f"a block of {len(block)} at position {self.length} crosses a key granule")
-        padded = self.steps.pad(block)
-        logits = self.model.forward(self._ids(padded), self.length, self.cache, self.steps.key_len(self.length))
-        self.length += len(block)
-        return logits[: len(block)]
+        return Lane(self._ids(self.steps.pad(block)), self.length, self.cache, self.steps.key_len(self.length))
+
+    def advance(self, n_inputs: int) -> None:
+        """The block's real inputs are held now; the padding's entries get overwritten by the next block."""
+        self.length += n_inputs
 
     def truncate(self, length: int) -> None:
         self.length = min(self.length, length)

@@ -21,8 +21,9 @@ INTRO = (
     "similar past answers and help articles, and every copied token is checked against the model's own choice, "
     "so the answer is exactly what plain decoding would give, only faster."
 )
-# Admission, not Gradio's queue, holds the line for the model (one turn at a time, in order); Gradio runs a few
-# more events than the line holds so that a question that must be refused is refused at once, not queued.
+# Admission, not Gradio's queue, holds the line for the model (as many turns at once as the service decodes
+# together, in order); Gradio runs a few more events than the line holds so that a question that must be
+# refused is refused at once, not queued.
 REFUSAL_WORKERS = 4
 
 

@@ -136,3 +136,23 @@ def test_turns_are_taken_in_arrival_order_and_a_failed_turn_frees_its_place():
 def test_limits_must_make_sense(limits):
     with pytest.raises(ValueError):
         ChatLimits(**limits)
+
+
+def test_turns_answered_at_once_are_let_in_together_and_the_rest_in_order():
+    """A service whose scheduler decodes two replies at once lets two turns in; the third waits for a place."""
+    admission = Admission(ChatLimits(queue_size=8, per_client=8, per_address=0, at_once=2))
+    entered = {name: threading.Event() for name in ("first", "second", "third", "fourth")}
+    release, order = threading.Event(), []
+    try:
+        threads = [hold(admission, name, "x", entered[name], release, order) for name in ("first", "second")]
+        wait_for_event(entered["first"], "the first question should get its turn")
+        wait_for_event(entered["second"], "the second question should get its turn alongside the first")
+        for name in ("third", "fourth"):
+            threads.append(hold(admission, name, "x", entered[name], release, order))
+            wait_for_waiting(admission, len(threads))
+        assert not entered["third"].wait(0.2), "a third turn got in while two were being answered"
+    finally:
+        release.set()
+    join_all(threads)
+    assert order[:2] == ["first", "second"] and sorted(order[2:]) == ["fourth", "third"]
+    assert admission.waiting == 0 and take_turn(admission, "after", "x") is None

@@ -1,0 +1,186 @@
+"""Many customers at once: N customers ask distinct questions at the same moment, through the real chat service.
+
+    python -m bench.concurrency [--customers 1,2,4,8] [--max-new-tokens 256] [--out results/concurrency]
+
+Each N runs twice on fresh installs (the shipped articles and approved answers): **taking turns**, one reply's
+forward at a time as the service decoded before continuous batching (`max_concurrent_replies=1`), and
+**batched**, every waiting reply's block in one shared forward (the app's default). Each customer's question is
+asked in its own thread, as the web app's workers ask them. Reported per N and mode: replies per minute, reply
+tokens per second, median and p95 latency (from the moment all ask to each one's complete reply) and the share
+of batched replies identical to the same question's reply taking turns.
+"""
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import torch
+
+from bench.methods import app_engine
+from bench.workloads import round_robin
+from chatbot import ChatService, ChatSettings, Seed
+from chatbot.service import open_cache
+from data import group_questions, load_questions
+
+MODES = {"taking turns": 1, "batched": ChatSettings.max_concurrent_replies}
+
+
+@dataclass(frozen=True)
+class Answered:
+    question: str
+    tokens: list[int]
+    latency: float  # seconds from the moment all customers asked to this reply's end
+    shared_with: float  # other replies in its forwards, on average
+
+
+@dataclass(frozen=True)
+class Round:
+    """N customers at once, in one mode."""
+
+    customers: int
+    mode: str
+    seconds: float  # until the last reply ended
+    answered: list[Answered]
+
+    @property
+    def tokens(self) -> int:
+        return sum(len(a.tokens) for a in self.answered)
+
+    def percentile(self, p: float) -> float:
+        latencies = sorted(a.latency for a in self.answered)
+        return latencies[min(len(latencies) - 1, round(p * (len(latencies) - 1)))]
+
+
+def distinct_questions(n: int) -> list[str]:
+    """First wordings of different groups, then novel questions: none repeats another, none is cached."""
+    groups = [g for g in group_questions(load_questions()).values() if not g[0].follow_up]
+    return [q.question for q in round_robin([[g[0]] for g in groups])][:n]
+
+
+def ask_at_once(service: ChatService, questions: list[str]) -> tuple[float, list[Answered]]:
+    """Every question in its own thread, released together; each reply's latency from that moment."""
+    start = threading.Barrier(len(questions) + 1)
+    answered: list[Answered | BaseException | None] = [None] * len(questions)
+
+    def ask(i: int) -> None:
+        start.wait()
+        began = time.perf_counter()
+        try:
+            reply = service.ask(questions[i], session_id=f"customer-{i}")
+            stored = service.cache.get_reply(reply.id)
+            answered[i] = Answered(questions[i], list(stored.token_ids), time.perf_counter() - began,
+                                   reply.stats.shared_with)
+        except BaseException as error:  # raised below, in the caller's thread
+            answered[i] = error
+
+    threads = [threading.Thread(target=ask, args=(i,), daemon=True) for i in range(len(questions))]
+    for thread in threads:
+        thread.start()
+    start.wait()
+    began = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    seconds = time.perf_counter() - began
+    failed = [a for a in answered if not isinstance(a, Answered)]
+    if failed:
+        raise RuntimeError(f"{len(failed)} replies failed: {failed[0]!r}")
+    return seconds, answered
+
+
+def run_round(engine, customers: int, mode: str, questions: list[str], settings: ChatSettings) -> Round:
+    """A fresh install answering `questions` at once in `mode`."""
+    settings = replace(settings, max_concurrent_replies=MODES[mode])
+    with tempfile.TemporaryDirectory(prefix="concurrency-") as data_dir:
+        cache = open_cache(data_dir, None, settings.max_entries)
+        try:
+            service = ChatService.start(engine, cache, data_dir, settings, Seed.shipped())
+            service.ask("Hello, is anyone there?")  # first calls allocate buffers; no question of the pool
+            seconds, answered = ask_at_once(service, questions)
+        finally:
+            cache.close()
+    print(f"{customers} at once, {mode}: {seconds:.1f} s", flush=True)
+    return Round(customers, mode, seconds, answered)
+
+
+def table(rounds: list[Round]) -> str:
+    turns = {r.customers: r for r in rounds if r.mode == "taking turns"}
+    lines = [
+        "| customers | mode | replies / min | reply tokens / s | vs one customer | median latency (s) "
+        "| p95 latency (s) | shared forwards with (mean) | identical to taking turns |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    alone = turns[min(turns)].tokens / turns[min(turns)].seconds if turns else None
+    for r in rounds:
+        rate = r.tokens / r.seconds
+        same = turns.get(r.customers)
+        identical = sum(a.tokens == b.tokens for a, b in zip(r.answered, same.answered, strict=True)) if same else 0
+        lines.append(
+            f"| {r.customers} | {r.mode} | {60 * len(r.answered) / r.seconds:.1f} | {rate:.1f} "
+            f"| {f'{rate / alone:.2f}x' if alone else '-'} | {statistics.median(a.latency for a in r.answered):.1f} "
+            f"| {r.percentile(0.95):.1f} | {statistics.mean(a.shared_with for a in r.answered):.1f} "
+            f"| {identical}/{len(r.answered)} |"
+        )
+    return "\n".join(lines)
+
+
+def plot(rounds: list[Round], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    for mode in MODES:
+        mine = [r for r in rounds if r.mode == mode]
+        left.plot([r.customers for r in mine], [r.tokens / r.seconds for r in mine], marker="o", label=mode)
+        right.plot([r.customers for r in mine], [r.percentile(0.95) for r in mine], marker="o", label=mode)
+    left.set(xlabel="customers at once", ylabel="reply tokens per second", title="Throughput")
+    right.set(xlabel="customers at once", ylabel="p95 latency (s)", title="p95 latency")
+    left.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.concurrency", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--customers", default="1,2,4,8", help="how many customers ask at once, comma-separated")
+    parser.add_argument("--max-new-tokens", type=int, default=ChatSettings.max_new_tokens)
+    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    parser.add_argument("--out", type=Path, default=Path("results/concurrency"))
+    args = parser.parse_args()
+    try:
+        counts = [int(n) for n in args.customers.split(",")]
+    except ValueError:
+        parser.error("--customers: comma-separated whole numbers, e.g. 1,2,4,8")
+    if any(n < 1 for n in counts):
+        parser.error("--customers: each count must be at least 1")
+    torch.set_num_threads(args.threads)
+    engine = app_engine()
+    print(f"Engine: {engine.describe()}", flush=True)
+    settings = ChatSettings(max_new_tokens=args.max_new_tokens)
+    pool = distinct_questions(max(counts) * 2)
+    rounds = []
+    for i, n in enumerate(counts):
+        questions = pool[:n] if i % 2 == 0 else pool[-n:]  # another set each round; both modes ask the same
+        rounds += [run_round(engine, n, mode, questions, settings) for mode in MODES]
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "rounds.json").write_text(
+        json.dumps([asdict(r) for r in rounds], indent=1, ensure_ascii=False))
+    plot(rounds, args.out / "concurrency.png")
+    command = "python -m bench.concurrency " + " ".join(sys.argv[1:])
+    report = (f"# Many customers at once\n\n`{command}`\n\nEngine: {engine.describe()}\n\n{table(rounds)}\n\n"
+              f"Replies of at most {args.max_new_tokens} tokens. ![throughput and p95 latency](concurrency.png)\n")
+    (args.out / "report.md").write_text(report)
+    print(report)
+
+
+if __name__ == "__main__":
+    main()

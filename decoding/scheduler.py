@@ -1,0 +1,225 @@
+"""Continuous batching: one thread owns the packed model and runs one shared forward per round for every reply
+waiting on it, so concurrent replies cost about one forward of their stacked rows instead of one forward each.
+
+Each reply keeps its own algorithm in its own thread (`llma_steps` over a `ModelVerifier`); only its runner is
+different: a `ScheduledRunner` hands each W-wide block to the scheduler and waits for its logits. A round starts
+once every reply holding a slot has handed in its block, or `gather_s` after the first did (a reply busy
+elsewhere, e.g. streaming to a slow browser, joins the next round). New replies' prefills run alone, between
+rounds. A row's logits do not depend on the other rows (decoding/batch_probe.py measures it; where it does not
+hold, `Scheduler.checked` lets one reply into a forward at a time), so every reply is bit-identical to the
+same reply decoded alone.
+"""
+
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+
+import torch
+
+from .batch_probe import rows_keep_their_bits
+from .forward import ModelVerifier
+from .llma import LlmaOptions, llma_steps
+from .packed import Lane, PackedLlama, PackedRunner
+from .policy import CopyPolicy, FixedCopyPolicy
+from .result import Chunk, DecodeResult, check_inputs
+from .steps import StepConfig
+
+DEFAULT_MAX_SLOTS = 8
+DEFAULT_GATHER_S = 0.01  # about what a reply's own bookkeeping between two forwards takes, several times over
+
+
+@dataclass
+class Sharing:
+    """How many other replies shared one reply's decode forwards (its prefill runs alone)."""
+
+    forwards: int = 0  # decode forwards this reply took part in
+    others: int = 0  # other replies in those forwards, summed
+
+    @property
+    def mean_others(self) -> float:
+        return self.others / self.forwards if self.forwards else 0.0
+
+
+@dataclass
+class _StepJob:
+    lane: Lane
+    sharing: Sharing
+    logits: Future = field(default_factory=Future)
+
+
+@dataclass
+class _PrefillJob:
+    run: Callable[[], torch.Tensor]
+    logits: Future = field(default_factory=Future)
+
+
+class Scheduler:
+    """Owns `model`: runs prefills between rounds and each round's blocks, at most `max_slots` replies, in one forward.
+
+    `max_slots` replies decode at once (each holds a preallocated KV cache); more wait for a slot, in order.
+    """
+
+    def __init__(self, model: PackedLlama, max_slots: int = DEFAULT_MAX_SLOTS, gather_s: float = DEFAULT_GATHER_S):
+        if max_slots < 1:
+            raise ValueError("max_slots must be at least 1")
+        self.model, self.max_slots, self.gather_s = model, max_slots, gather_s
+        self._changed = threading.Condition()
+        self._holders = 0  # replies holding a slot
+        self._next_ticket = self._serving = 0  # slots are handed out in arrival order
+        self._prefills: list[_PrefillJob] = []
+        self._steps: list[_StepJob] = []
+        self._first_step_at = 0.0
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="decode-scheduler", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def checked(cls, model: PackedLlama, width: int, max_slots: int = DEFAULT_MAX_SLOTS,
+                gather_s: float = DEFAULT_GATHER_S) -> "Scheduler":
+        """A scheduler sharing forwards only where this machine's kernels keep a row's bits whatever shares it."""
+        shares = max_slots > 1 and rows_keep_their_bits(model, width, max_slots)
+        return cls(model, max_slots if shares else 1, gather_s)
+
+    def close(self) -> None:
+        with self._changed:
+            self._closed = True
+            self._changed.notify_all()
+        self._thread.join()
+
+    # --- what a reply's thread calls ---------------------------------------------------------------
+
+    @contextmanager
+    def slot(self) -> Iterator[None]:
+        """Hold one of the `max_slots` places in the shared forwards for one reply, waiting in order for it."""
+        with self._changed:
+            ticket, self._next_ticket = self._next_ticket, self._next_ticket + 1
+            self._changed.wait_for(lambda: ticket == self._serving and self._holders < self.max_slots)
+            self._holders += 1
+            self._serving += 1
+            self._changed.notify_all()
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._holders -= 1
+                self._changed.notify_all()
+
+    def prefill(self, run: Callable[[], torch.Tensor]) -> torch.Tensor:
+        """Run a reply's prefill (`run`) on the scheduler's thread, alone, between rounds."""
+        job = _PrefillJob(run)
+        with self._changed:
+            self._prefills.append(job)
+            self._changed.notify_all()
+        return job.logits.result()
+
+    def step(self, lane: Lane, sharing: Sharing) -> torch.Tensor:
+        """Logits of `lane`'s rows from the next shared forward."""
+        job = _StepJob(lane, sharing)
+        with self._changed:
+            if not self._steps:
+                self._first_step_at = time.monotonic()
+            self._steps.append(job)
+            self._changed.notify_all()
+        return job.logits.result()
+
+    # --- the scheduler's thread --------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            with self._changed:
+                while not (self._closed or self._prefills or self._round_ready()):
+                    self._changed.wait(self._gather_left())
+                if self._closed:
+                    return
+                prefills, self._prefills = self._prefills, []
+                steps, self._steps = (self._steps, []) if self._round_ready() else ([], self._steps)
+            for job in prefills:
+                _settle(job.logits, job.run)
+            if steps:
+                self._forward(steps)
+
+    def _round_ready(self) -> bool:
+        """Every slot holder has handed in a block, or the first one has waited `gather_s`."""
+        return bool(self._steps) and (len(self._steps) >= self._holders or self._gather_left() == 0)
+
+    def _gather_left(self) -> float | None:
+        """Seconds until the blocks handed in so far run without the rest; None while there are none."""
+        if not self._steps:
+            return None
+        return max(0.0, self._first_step_at + self.gather_s - time.monotonic())
+
+    def _forward(self, jobs: list[_StepJob]) -> None:
+        """One forward for all `jobs`; if it fails, each alone, so that an error fails only its own reply."""
+        try:
+            logits = self.model.forward_lanes([job.lane for job in jobs])
+        except Exception:
+            for job in jobs:
+                _settle(job.logits, lambda job=job: self.model.forward_lanes([job.lane])[0])
+            return
+        for job, rows in zip(jobs, logits, strict=True):
+            job.sharing.forwards += 1
+            job.sharing.others += len(jobs) - 1
+            job.logits.set_result(rows)
+
+
+def _settle(future: Future, run: Callable[[], torch.Tensor]) -> None:
+    try:
+        future.set_result(run())
+    except Exception as error:  # handed to the reply's own thread, which raises it there
+        future.set_exception(error)
+
+
+class ScheduledRunner:
+    """A reply's forwards through a `Scheduler`: a `PackedRunner` whose prefill and steps the scheduler runs."""
+
+    def __init__(self, scheduler: Scheduler, steps: StepConfig, sharing: Sharing) -> None:
+        self.scheduler, self.sharing = scheduler, sharing
+        self.runner = PackedRunner(scheduler.model, steps)
+
+    @property
+    def length(self) -> int:
+        return self.runner.length
+
+    def prefill(self, prompt_ids: Sequence[int]) -> torch.Tensor:
+        return self.scheduler.prefill(lambda: self.runner.prefill(prompt_ids))
+
+    def step(self, block: list[int]) -> torch.Tensor:
+        """Logits (len(block), V), the block sharing its forward with whichever replies wait with it."""
+        logits = self.scheduler.step(self.runner.lane(block), self.sharing)
+        self.runner.advance(len(block))
+        return logits[: len(block)]
+
+    def truncate(self, length: int) -> None:
+        self.runner.truncate(length)
+
+
+@torch.inference_mode()
+def scheduled_llma_stream(
+    scheduler: Scheduler, prompt_ids: Sequence[int], references: Sequence[Sequence[int]], policy: CopyPolicy,
+    options: LlmaOptions, steps: StepConfig, result: DecodeResult | None = None, sharing: Sharing | None = None,
+) -> Iterator[Chunk]:
+    """`llma_stream` with the scheduler's shared forwards: the same chunks, holding a slot until the reply ends
+    or the caller stops iterating (a disconnected client frees its slot at once)."""
+    check_inputs(prompt_ids, options.max_new_tokens)
+    steps.check_fits(len(prompt_ids), options.max_new_tokens)
+    if options.max_new_tokens == 0:
+        return
+    with scheduler.slot():
+        runner = ScheduledRunner(scheduler, steps, sharing if sharing is not None else Sharing())
+        verifier = ModelVerifier(scheduler.model, prompt_ids, steps, options.repetition, runner=runner)
+        yield from llma_steps(verifier, prompt_ids, references, policy, options, result)
+
+
+def scheduled_greedy(
+    scheduler: Scheduler, prompt_ids: Sequence[int], options: LlmaOptions, steps: StepConfig,
+    sharing: Sharing | None = None,
+) -> DecodeResult:
+    """Greedy decoding (under `options.repetition`) through the scheduler: the LLMA loop with nothing to copy."""
+    result = DecodeResult()
+    no_copy = replace(options, use_prompt=False, use_output=False)
+    for _ in scheduled_llma_stream(scheduler, prompt_ids, [], FixedCopyPolicy(1, 1), no_copy, steps, result, sharing):
+        pass
+    return result

@@ -1,0 +1,87 @@
+"""Concurrent chat turns share the packed forward and store exactly the replies they store one after another."""
+
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+
+from chatbot import ChatService, ChatSettings, Reply
+from decoding import CostCurve, StepWidth, build_engine, load_model
+
+pytestmark = pytest.mark.slow
+
+MODEL_ID = "SmolLM2-135M-Instruct"
+# A fixed cost curve (test_service.py's), so that copy decisions do not depend on the machine's load.
+CPU_CURVE = CostCurve(sizes=(1, 2, 4, 8, 16, 32, 64), seconds=(0.075, 0.110, 0.115, 0.120, 0.150, 0.190, 0.300))
+
+SETTINGS = ChatSettings(max_new_tokens=32)
+QUESTIONS = [
+    "How do I reset my password?",
+    "Can I get a refund for my annual plan?",
+    "How do I share a folder with someone outside my team?",
+    "Why is the desktop app not syncing my files?",
+    "How do I turn on two-factor authentication?",
+]
+WAIT_S = 300.0  # five 32-token replies take seconds; this only bounds a broken scheduler
+
+
+@pytest.fixture(scope="module")
+def engine():
+    """The engine `make run` picks on a bf16 CPU: the bundled model in bfloat16, packed, 4-wide steps."""
+    model, tokenizer = load_model(dtype=torch.bfloat16)
+    return build_engine(model, tokenizer, MODEL_ID, StepWidth.parse(4))
+
+
+@pytest.fixture(scope="module")
+def seeded_dir(engine, tmp_path_factory) -> Path:
+    data_dir = tmp_path_factory.mktemp("seeded") / "data"
+    ChatService.open(engine, data_dir, settings=SETTINGS, cost=CPU_CURVE).cache.close()
+    return data_dir
+
+
+def open_service(engine, seeded_dir: Path, data_dir: Path) -> ChatService:
+    shutil.copytree(seeded_dir, data_dir, ignore=shutil.ignore_patterns("*.lock"))
+    return ChatService.open(engine, data_dir, settings=SETTINGS, cost=CPU_CURVE)
+
+
+def ask_at_once(service: ChatService, questions: list[str]) -> list[Reply]:
+    """Every question in its own thread, as the web app's workers ask them."""
+    replies: list[Reply | BaseException | None] = [None] * len(questions)
+
+    def ask(i: int) -> None:
+        try:
+            replies[i] = service.ask(questions[i], session_id=f"customer-{i}")
+        except BaseException as error:  # reported below
+            replies[i] = error
+
+    threads = [threading.Thread(target=ask, args=(i,), daemon=True) for i in range(len(questions))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(WAIT_S)
+    assert not any(t.is_alive() for t in threads), f"turns still running after {WAIT_S} s"
+    assert all(isinstance(r, Reply) for r in replies), replies
+    return replies
+
+
+def stored(service: ChatService, reply: Reply) -> tuple[str, list[int]]:
+    row = service.cache.get_reply(reply.id)
+    return row.answer, row.token_ids
+
+
+def test_concurrent_turns_store_the_replies_of_turns_one_after_another(engine, seeded_dir, tmp_path):
+    one_by_one = open_service(engine, seeded_dir, tmp_path / "sequential")
+    at_once = open_service(engine, seeded_dir, tmp_path / "concurrent")
+    try:
+        assert "replies share each forward" in at_once.describe()
+        sequential = [one_by_one.ask(q, session_id=f"customer-{i}") for i, q in enumerate(QUESTIONS)]
+        concurrent = ask_at_once(at_once, QUESTIONS)
+        assert [stored(at_once, r) for r in concurrent] == [stored(one_by_one, r) for r in sequential]
+        assert all(r.stats.shared_with == 0 for r in sequential)
+        assert any(r.stats.shared_with > 0 for r in concurrent)  # they did share forwards
+        assert at_once.verify(concurrent[0].id).identical  # Verify's greedy goes through the scheduler too
+    finally:
+        one_by_one.cache.close()
+        at_once.cache.close()

@@ -1,0 +1,227 @@
+"""Shared forwards: every reply decoded among 1-8 others is bit for bit the reply decoded alone.
+
+Each case decodes some prompts alone first (greedy, and LLMA with hostile references), then runs random
+mixtures of them at once through one `Scheduler` and compares every reply's tokens, forwards and copied runs.
+Every wait has a deadline, so a broken scheduler fails a test instead of hanging the suite.
+"""
+
+import random
+import threading
+from dataclasses import dataclass, replace
+
+import pytest
+import torch
+
+from decoding import (
+    RECOMMENDED_REPETITION_RULE,
+    REPETITION_OFF,
+    AdaptiveCopyPolicy,
+    CopyPolicy,
+    CostCurve,
+    DecodeResult,
+    FixedCopyPolicy,
+    LlmaOptions,
+    PackedLlama,
+    StepConfig,
+    greedy_generate,
+    llma_generate,
+    load_model,
+)
+from decoding.batch_probe import shared_forward_mismatches
+from decoding.packed import Lane
+from decoding.scheduler import Scheduler, Sharing, scheduled_llma_stream
+
+from .invariance import make_tiny_model
+from .test_bundled_model import QUESTIONS, chat_ids
+from .test_invariance import DTYPES, hostile_references, random_ids
+
+PACKED_ARCHS = ["llama", "mistral", "qwen2"]
+# The app's rule, its end bonus from 24 tokens on so that it matters within 48; 2 is the tiny models' EOS.
+RULES = {"greedy": REPETITION_OFF, "dry": replace(RECOMMENDED_REPETITION_RULE, end_after=24).for_tokenizer(2)}
+FLAT = CostCurve(sizes=(8,), seconds=(0.04,), step_width=8)
+POLICIES = [FixedCopyPolicy(1, 15), FixedCopyPolicy(2, 3), AdaptiveCopyPolicy(cost=FLAT)]
+NO_COPY = {"use_prompt": False, "use_output": False}  # LLMA with nothing to copy from: greedy, one token a forward
+WAIT_S = 120.0  # a whole mixture takes seconds; this only bounds a broken scheduler
+
+
+@dataclass(frozen=True)
+class Job:
+    """One reply to decode: alone first, then in company."""
+
+    prompt: list[int]
+    references: list[list[int]]
+    policy: CopyPolicy
+    options: LlmaOptions
+    steps: StepConfig
+
+
+def decode_alone(model: PackedLlama, job: Job) -> DecodeResult:
+    return llma_generate(model, job.prompt, job.references, job.policy, job.options, steps=job.steps)
+
+
+def decode_together(scheduler: Scheduler, jobs: list[Job]) -> tuple[list[DecodeResult], list[Sharing]]:
+    """Every job in its own thread through `scheduler`, all started at once."""
+    results, sharings = [DecodeResult() for _ in jobs], [Sharing() for _ in jobs]
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        job = jobs[i]
+        try:
+            for _ in scheduled_llma_stream(scheduler, job.prompt, job.references, job.policy, job.options,
+                                           job.steps, results[i], sharings[i]):
+                pass
+        except BaseException as error:  # reported by the test thread
+            errors.append(error)
+
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(len(jobs))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(WAIT_S)
+    assert not any(t.is_alive() for t in threads), f"replies still decoding after {WAIT_S} s"
+    assert not errors, errors
+    return results, sharings
+
+
+def fingerprint(result: DecodeResult) -> tuple:
+    """What must not change with company: the tokens, and how LLMA got them."""
+    return result.tokens, result.forward_passes, result.copied_runs, result.stop_reason
+
+
+def tiny_jobs(rule_name: str, model: PackedLlama, seed: int) -> list[Job]:
+    """Greedy and LLMA replies to a few prompts of different lengths, with hostile references."""
+    rule, rng = RULES[rule_name], random.Random(seed)
+    jobs = []
+    for i in range(4):
+        steps = StepConfig(width=rng.choice([4, 8]), cache_len=256)
+        prompt = random_ids(seed=seed + i, n=rng.randrange(3, 70))
+        options = LlmaOptions(48, 2 if rule_name == "dry" else None, repetition=rule)
+        greedy = greedy_generate(model, prompt, 48, options.eos_token_id, steps=steps, repetition=rule).tokens
+        jobs.append(Job(prompt, [], FixedCopyPolicy(1, 1), replace(options, **NO_COPY), steps))
+        hostile = hostile_references(greedy if len(greedy) >= 3 else greedy + prompt, prompt, seed + i)
+        for references in rng.sample(hostile, 2):
+            jobs.append(Job(prompt, references, rng.choice(POLICIES), options, steps))
+    return jobs
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("arch", PACKED_ARCHS)
+def test_a_row_in_a_shared_forward_is_bit_identical_to_the_row_alone(arch, dtype):
+    model = PackedLlama(make_tiny_model(arch, DTYPES[dtype]))
+    for width in (4, 8):
+        assert shared_forward_mismatches(model, width, max_lanes=8) == [], width
+
+
+@pytest.mark.parametrize("rule", RULES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("arch", PACKED_ARCHS)
+def test_replies_in_random_mixtures_equal_the_replies_alone(arch, dtype, rule):
+    model = PackedLlama(make_tiny_model(arch, DTYPES[dtype], seed=1))
+    jobs = tiny_jobs(rule, model, seed=len(arch) + len(dtype))
+    alone = [fingerprint(decode_alone(model, job)) for job in jobs]
+    rng = random.Random(5)
+    scheduler = Scheduler(model, max_slots=rng.choice([3, 8]))
+    try:
+        for _ in range(3):
+            picks = rng.sample(range(len(jobs)), rng.randrange(1, 9))
+            results, _ = decode_together(scheduler, [jobs[i] for i in picks])
+            assert [fingerprint(r) for r in results] == [alone[i] for i in picks], picks
+    finally:
+        scheduler.close()
+
+
+def test_replies_share_forwards_and_say_with_how_many():
+    model = PackedLlama(make_tiny_model("llama", torch.float32))
+    steps, options = StepConfig(4, cache_len=256), LlmaOptions(30, **NO_COPY)
+    jobs = [Job(random_ids(seed=i, n=10), [], FixedCopyPolicy(1, 1), options, steps) for i in range(4)]
+    scheduler = Scheduler(model, max_slots=4, gather_s=1.0)  # a long gather: a round waits for every slot holder
+    try:
+        results, sharings = decode_together(scheduler, jobs)
+    finally:
+        scheduler.close()
+    assert [r.tokens for r in results] == [decode_alone(model, job).tokens for job in jobs]
+    # 29 steps after the prefill each; a reply may step alone before the others have taken their slots
+    assert all(s.forwards == 29 and s.mean_others > 2.5 for s in sharings), sharings
+
+
+def test_an_error_in_one_reply_fails_that_reply_only():
+    model = PackedLlama(make_tiny_model("qwen2", torch.bfloat16))
+    steps, options = StepConfig(4, cache_len=256), LlmaOptions(30)
+    jobs = [Job(random_ids(seed=i, n=10), [], FixedCopyPolicy(1, 1), options, steps) for i in range(3)]
+    broken = Lane(torch.tensor([10**6] * 4), 0, model.new_cache(256), 64)  # a token id past the vocabulary
+    scheduler = Scheduler(model, max_slots=4, gather_s=1.0)  # its first round waits for the replies to join
+    failure: list[BaseException] = []
+
+    def fail_once() -> None:
+        try:
+            with scheduler.slot():
+                scheduler.step(broken, Sharing())
+        except BaseException as error:
+            failure.append(error)
+
+    thread = threading.Thread(target=fail_once, daemon=True)
+    try:
+        thread.start()
+        results, _ = decode_together(scheduler, jobs)
+        thread.join(WAIT_S)
+    finally:
+        scheduler.close()
+    assert len(failure) == 1 and isinstance(failure[0], IndexError)
+    assert [r.tokens for r in results] == [decode_alone(model, job).tokens for job in jobs]
+
+
+def test_a_machine_whose_rows_change_with_company_decodes_one_reply_at_a_time(monkeypatch):
+    model = PackedLlama(make_tiny_model("llama", torch.float32))
+    honest = model.forward_lanes
+
+    def rounding_with_company(lanes, last_only=False):
+        logits = honest(lanes, last_only)
+        return [rows + 1e-3 * (len(lanes) > 1) for rows in logits]
+
+    monkeypatch.setattr(model, "forward_lanes", rounding_with_company)
+    assert shared_forward_mismatches(model, 4, max_lanes=3) != []
+    scheduler = Scheduler.checked(model, width=4, max_slots=8)
+    scheduler.close()
+    assert scheduler.max_slots == 1
+
+
+def test_a_reply_abandoned_midway_frees_its_slot():
+    model = PackedLlama(make_tiny_model("mistral", torch.float32))
+    job = Job(random_ids(seed=3, n=10), [], FixedCopyPolicy(1, 1), LlmaOptions(30), StepConfig(4, cache_len=256))
+    scheduler = Scheduler(model, max_slots=1)
+    try:
+        stream = scheduled_llma_stream(scheduler, job.prompt, [], job.policy, job.options, job.steps)
+        next(stream), next(stream)
+        stream.close()  # the client went away
+        results, _ = decode_together(scheduler, [job])  # would wait for the slot forever
+    finally:
+        scheduler.close()
+    assert results[0].tokens == decode_alone(model, job).tokens
+
+
+@pytest.mark.slow
+def test_bundled_bf16_replies_in_company_equal_the_replies_alone():
+    """The configuration `make run` picks on a bf16 CPU: the bundled model in bf16, packed, 4-wide steps."""
+    model, tokenizer = load_model(dtype=torch.bfloat16)
+    packed, eos = PackedLlama(model), tokenizer.eos_token_id
+    rule = RECOMMENDED_REPETITION_RULE.for_tokenizer(eos)
+    options, steps = LlmaOptions(40, eos, repetition=rule), StepConfig(4, cache_len=512)
+    prompts = [chat_ids(tokenizer, q) for q in QUESTIONS[:4]]
+    answers = [greedy_generate(packed, p, 40, eos, steps=steps, repetition=rule).tokens for p in prompts]
+    jobs = [Job(p, [], FixedCopyPolicy(1, 1), options, steps) for p in prompts]
+    for i, prompt in enumerate(prompts):  # each prompt once more, with a helpful or a hostile reference
+        other = answers[(i + 1) % len(answers)]
+        if i % 2:
+            jobs.append(Job(prompt, [answers[i]], AdaptiveCopyPolicy(cost=FLAT), options, steps))
+        else:
+            jobs.append(Job(prompt, [other, answers[i][:12] * 3, prompt], FixedCopyPolicy(1, 15), options, steps))
+    alone = [fingerprint(decode_alone(packed, job)) for job in jobs]
+    assert [a[0] for a in alone[:4]] == answers
+    scheduler = Scheduler.checked(packed, width=4, max_slots=8)
+    try:
+        assert scheduler.max_slots == 8, "this CPU's kernels change a row's bits with the row count"
+        for picks in ([0, 1, 2, 3, 4, 5, 6, 7], [7, 2, 4]):
+            results, _ = decode_together(scheduler, [jobs[i] for i in picks])
+            assert [fingerprint(r) for r in results] == [alone[i] for i in picks], picks
+    finally:
+        scheduler.close()
