@@ -188,7 +188,7 @@ def run_bench(config: BenchConfig) -> Results:
     peers = any(m in PEER_METHODS for m in config.methods)
     # Measures the step width and the forward cost curve once, before any timing.
     decoder = Decoder.load(config.max_new_tokens, peers, config.dtype, config.step_width)
-    decoder.repetition = decoding_rule(config.rule).for_tokenizer(decoder.eos_token_id)
+    decoder.repetition = decoding_rule(config.rule).for_tokenizer(decoder.eos_token_id, decoder.tokenizer)
     clock.lap("load model, measure cost curve")
     articles = load_articles(config.articles)
     selection = select_questions(load_questions(config.workload), articles, config.limit)

@@ -53,7 +53,8 @@ class ChatService:
         self.engine, self.cache, self.settings, self.cost = engine, cache, settings, cost
         self.tokenizer, self.model_id = engine.tokenizer, engine.model_id
         self.policy = AdaptiveCopyPolicy(cost=cost)
-        self.rule = settings.repetition.for_tokenizer(engine.tokenizer.eos_token_id)  # the decoding rule replies equal
+        # The decoding rule every reply equals; its end bonus and grounded numbers need the tokenizer's tokens.
+        self.rule = settings.repetition.for_tokenizer(engine.tokenizer.eos_token_id, engine.tokenizer)
         # The packed forward is owned by a scheduler: concurrent turns (and staff's Verify) share its forwards.
         # transformers' forward takes turns under the lock, a forward at a time.
         self.scheduler = scheduler or open_scheduler(engine, settings.max_concurrent_replies)

@@ -92,13 +92,14 @@ class ModelVerifier:
         repetition: RepetitionRule = REPETITION_OFF, runner=None,
     ) -> None:
         self.prompt_ids, self.steps, self.repetition = prompt_ids, steps, repetition
+        self.grounded = repetition.numbers_in(prompt_ids)  # the numbers a reply may state, if the rule asks
         self.runner = runner if runner is not None else open_runner(model, steps)  # a scheduler may pass its own
         self.fed = len(prompt_ids)  # positions held in the KV cache, padding and rejected drafts excluded
         self.forward_passes = 0
 
     def first_token(self) -> int:
         self.forward_passes += 1
-        return self.repetition.choose(self.runner.prefill(self.prompt_ids), [])
+        return self.repetition.choose(self.runner.prefill(self.prompt_ids), [], self.grounded)
 
     def verify(self, inputs: list[int], reply: Sequence[int] = ()) -> list[int]:
         """The model's choice after each of `inputs` (the pending token, then k drafts).
@@ -122,7 +123,7 @@ class ModelVerifier:
         """Row j of `logits` (n, V) chooses as if the reply were `reply` + drafts[:j]."""
         if not self.repetition.changes_choice:
             return logits.argmax(dim=-1).tolist()
-        return [self.repetition.choose(row, [*reply, *drafts[:j]]) for j, row in enumerate(logits)]
+        return [self.repetition.choose(row, [*reply, *drafts[:j]], self.grounded) for j, row in enumerate(logits)]
 
     def keep(self, n_inputs: int) -> None:
         """Roll back: the cache keeps the pending token and the accepted drafts, no rejected or padding entry."""

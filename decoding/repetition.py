@@ -1,11 +1,13 @@
-"""Repetition control: a deterministic change to greedy's choice that looks only at the reply so far.
+"""The decoding rule: deterministic changes to greedy's choice that look at the reply so far (and at the prompt
+only for the numbers it states).
 
 A small model decoding greedily falls into loops ("Click the reset button again. / You will be asked to enter
-a new password." until the token limit). A `RepetitionRule` changes the engine's decoding rule, not LLMA: at
-each position the choice is the argmax of that position's logits after the rule's bans and penalties, and
-both depend on the reply before the position only -- never the prompt, so the help article and approved
-answers stay free to copy. Greedy and LLMA choose through the same rule row by row (a draft's row j as if
-the reply were the reply so far plus draft[:j]), so LLMA still equals this rule decoded one token at a time.
+a new password." until the token limit), and states prices the help article never gave. A `RepetitionRule`
+changes the engine's decoding rule, not LLMA: at each position the choice is the argmax of that position's
+logits after the rule's bans and penalties, and both depend on the reply before the position and on the
+prompt's numbers only -- repeats are looked for in the reply alone, so the help article and approved answers
+stay free to copy. Greedy and LLMA choose through the same rule row by row (a draft's row j as if the reply
+were the reply so far plus draft[:j]), so LLMA still equals this rule decoded one token at a time.
 
 Cost per row: one scan of the reply for earlier occurrences of its last token (`list.index`, in C), then a
 walk back of at most `MAX_MATCH` tokens from each; only tokens that followed such an occurrence are touched,
@@ -47,6 +49,13 @@ class RepetitionRule:
     end_after: int = 0
     end_bonus: float = 0.0
     eos_token_id: int | None = None  # the tokenizer's; set with for_tokenizer, needed for the end bonus
+    # Grounded numbers: a digit may only extend the reply's number so far into a prefix of a number in the
+    # prompt (the help article, the approved answer, the conversation); a number that starts a line (a list's
+    # "1.") is free. The tokens are the tokenizer's (for_tokenizer): digits and the "." and "," inside numbers,
+    # each with its character, and the tokens that end a line.
+    ground_numbers: bool = False
+    number_chars: tuple[tuple[int, str], ...] = ()
+    line_break_ids: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.no_repeat_ngram != 0 and not 2 <= self.no_repeat_ngram <= MAX_MATCH + 1:
@@ -61,20 +70,41 @@ class RepetitionRule:
 
     @property
     def changes_choice(self) -> bool:
-        """Whether a ban, a penalty or the end bonus is on (the stop rule alone leaves every choice greedy's)."""
-        return self.no_repeat_ngram > 0 or self.dry_multiplier > 0 or self.ends_on_time
+        """Whether a ban, a penalty, the end bonus or number grounding is on (the stop rule alone leaves every
+        choice greedy's)."""
+        return self.no_repeat_ngram > 0 or self.dry_multiplier > 0 or self.ends_on_time or self.grounds_numbers
+
+    @property
+    def grounds_numbers(self) -> bool:
+        return self.ground_numbers and any(char.isdigit() for _, char in self.number_chars)
 
     @property
     def ends_on_time(self) -> bool:
         return self.end_bonus > 0 and self.eos_token_id is not None
 
-    def for_tokenizer(self, eos_token_id: int | None) -> "RepetitionRule":
-        """This rule knowing which token ends a reply (the end bonus needs it)."""
-        return replace(self, eos_token_id=eos_token_id) if self.end_bonus > 0 else self
+    def for_tokenizer(self, eos_token_id: int | None, tokenizer=None) -> "RepetitionRule":
+        """This rule knowing which token ends a reply (the end bonus needs it) and, to ground numbers, the
+        tokenizer's digit and line-break tokens."""
+        rule = replace(self, eos_token_id=eos_token_id) if self.end_bonus > 0 else self
+        if self.ground_numbers and tokenizer is not None:
+            chars, line_breaks = number_tokens(tokenizer)
+            rule = replace(rule, number_chars=chars, line_break_ids=line_breaks)
+        return rule
 
-    def choose(self, logits: torch.Tensor, reply: Sequence[int]) -> int:
-        """The token at a position whose logits are `logits` (V,) and whose reply before it is `reply`."""
-        penalties = self.penalties(reply) if self.changes_choice else {}
+    def numbers_in(self, prompt_ids: Sequence[int]) -> frozenset[str]:
+        """Every prefix of every number the prompt states: what a grounded reply's numbers may be."""
+        if not self.grounds_numbers:
+            return frozenset()
+        chars = dict(self.number_chars)
+        prefixes = set()
+        for number in _numbers(prompt_ids, chars):
+            prefixes.update(number[: i + 1] for i in range(len(number)))
+        return frozenset(prefixes)
+
+    def choose(self, logits: torch.Tensor, reply: Sequence[int], grounded: frozenset[str] = frozenset()) -> int:
+        """The token at a position whose logits are `logits` (V,) and whose reply before it is `reply`;
+        `grounded` is numbers_in(the prompt)."""
+        penalties = self.penalties(reply, grounded) if self.changes_choice else {}
         if not penalties:
             return int(logits.argmax())
         row = logits.float().clone()  # (V,) float32: exact for bf16 and fp32 logits alike
@@ -82,7 +112,7 @@ class RepetitionRule:
         row[ids] -= torch.tensor(list(penalties.values()), dtype=torch.float32, device=row.device)
         return int(row.argmax())
 
-    def penalties(self, reply: Sequence[int]) -> dict[int, float]:
+    def penalties(self, reply: Sequence[int], grounded: frozenset[str] = frozenset()) -> dict[int, float]:
         """What each token's logit loses after `reply` (math.inf: banned); tokens not listed lose nothing."""
         reach = max(self.no_repeat_ngram - 1, MAX_MATCH if self.dry_multiplier > 0 else 0)
         penalties = {}
@@ -95,7 +125,17 @@ class RepetitionRule:
         if self.ends_on_time and len(reply) > self.end_after and penalties.get(self.eos_token_id) != math.inf:
             bonus = self.end_bonus * (len(reply) - self.end_after)
             penalties[self.eos_token_id] = penalties.get(self.eos_token_id, 0.0) - bonus
+        if self.grounds_numbers:
+            penalties.update(dict.fromkeys(self.ungrounded_digits(reply, grounded), math.inf))
         return penalties
+
+    def ungrounded_digits(self, reply: Sequence[int], grounded: frozenset[str]) -> list[int]:
+        """The digit tokens that would make the reply's number so far one the prompt does not state."""
+        chars = dict(self.number_chars)
+        number, start = _trailing_number(reply, chars)
+        if start == 0 or reply[start - 1] in self.line_break_ids:
+            return []  # a number that starts a line: a list's marker, or a line's first word
+        return [token for token, char in self.number_chars if char.isdigit() and number + char not in grounded]
 
     def stops(self, reply: Sequence[int]) -> bool:
         """Whether the reply's last `stop_ngram` tokens already occurred earlier in it (overlaps count)."""
@@ -109,6 +149,11 @@ class RepetitionRule:
         unknown = set(data) - {f.name for f in fields(cls)}
         if unknown:
             raise ValueError(f"not repetition-rule settings: {sorted(unknown)}")
+        data = dict(data)  # JSON keeps tuples as lists; the rule is frozen and compared by value
+        if "number_chars" in data:
+            data["number_chars"] = tuple((int(token), str(char)) for token, char in data["number_chars"])
+        if "line_break_ids" in data:
+            data["line_break_ids"] = tuple(data["line_break_ids"])
         return cls(**data)
 
 
@@ -127,6 +172,47 @@ RECOMMENDED_REPETITION_RULE = RepetitionRule(
     dry_multiplier=0.8, dry_base=1.75, dry_allowed_length=2, stop_ngram=16, end_after=96, end_bonus=0.05
 )
 NAMED_RULES = {"dry": RECOMMENDED_REPETITION_RULE, "off": REPETITION_OFF}  # the choices of CHATBOT_REPETITION
+
+
+NUMBER_JOINERS = ".,"  # inside a number ("12.50", "10,000"), never its first or last character
+
+
+def number_tokens(tokenizer) -> tuple[tuple[tuple[int, str], ...], tuple[int, ...]]:
+    """(token, character) for every token that is one digit, "." or ","; and the tokens that end a line."""
+    chars, line_breaks = [], []
+    for token in range(len(tokenizer)):
+        text = tokenizer.decode([token])
+        if len(text) == 1 and (text.isdigit() and text.isascii() or text in NUMBER_JOINERS):
+            chars.append((token, text))
+        elif text.endswith("\n"):
+            line_breaks.append(token)
+    return tuple(chars), tuple(line_breaks)
+
+
+def _trailing_number(reply: Sequence[int], chars: dict[int, str]) -> tuple[str, int]:
+    """The number the reply ends with so far ("" when the next digit would start one) and where it starts."""
+    start = len(reply)
+    while start > 0 and reply[start - 1] in chars:
+        start -= 1
+    while start < len(reply) and not chars[reply[start]].isdigit():  # a number starts with a digit
+        start += 1
+    number = "".join(chars[token] for token in reply[start:])
+    if number and not number[-1].isdigit() and not number[-2:-1].isdigit():
+        return "", len(reply)  # "1.," or ". ": no number goes on from here
+    return number, start
+
+
+def _numbers(ids: Sequence[int], chars: dict[int, str]) -> list[str]:
+    """The numbers in a token sequence: runs of digits with single "." or "," inside."""
+    numbers, run = [], ""
+    for token in [*ids, None]:
+        char = chars.get(token) if token is not None else None
+        if char is not None and (char.isdigit() or run):
+            run += char
+            continue
+        numbers.append(run.rstrip(NUMBER_JOINERS))
+        run = ""
+    return [number for number in numbers if number]
 
 
 def repeat_lengths(reply: Sequence[int], cap: int = MAX_MATCH) -> dict[int, int]:

@@ -1,5 +1,6 @@
 """Repetition control: what the rule bans, penalizes and stops; and LLMA equals the rule decoded a token at a time."""
 
+import json
 import math
 import random
 from dataclasses import replace
@@ -34,6 +35,10 @@ from .invariance import make_tiny_model
 
 CURVE = CostCurve(sizes=(1, 2, 4, 8, 16), seconds=(0.110, 0.170, 0.180, 0.200, 0.220))
 POLICIES = [FixedCopyPolicy(1, 15), FixedCopyPolicy(2, 3), AdaptiveCopyPolicy(cost=CURVE)]
+# Digits 0-9 as tokens 10-19, "." and "," as 20 and 21, a line break as 22: the tiny models' number tokens.
+TINY_NUMBER_CHARS = tuple((10 + d, str(d)) for d in range(10)) + ((20, "."), (21, ","))
+NUMBERS = RepetitionRule(ground_numbers=True, number_chars=TINY_NUMBER_CHARS, line_break_ids=(22,))
+DIGITS = {token for token, char in TINY_NUMBER_CHARS if char.isdigit()}
 # Settings strong enough to change the tiny random models' replies (their logits are far apart), and stop
 # rules short enough to fire within a few dozen tokens.
 RULES = {
@@ -45,6 +50,8 @@ RULES = {
     "end": RepetitionRule(end_after=4, end_bonus=1.0, eos_token_id=2),
     "dry+end": RepetitionRule(dry_multiplier=1.0, dry_allowed_length=1, end_after=8, end_bonus=0.5, eos_token_id=2),
     "recommended": RECOMMENDED_REPETITION_RULE.for_tokenizer(2),
+    "numbers": NUMBERS,
+    "dry+numbers": replace(NUMBERS, dry_multiplier=1.0, dry_allowed_length=1),
 }
 small_tokens = st.lists(st.integers(0, 5), max_size=40)  # a small alphabet: many repeats
 # Derandomized: in fp32, one-token steps and a verification's rows may round a near-tie apart (2e-6 measured on
@@ -135,6 +142,39 @@ def test_the_end_bonus_lifts_eos_by_the_tokens_past_end_after_and_needs_the_eos_
     assert rule.choose(logits, [1, 2, 3, 4]) == 4 and rule.choose(logits, [1, 2, 3, 4, 5, 6]) == 7
 
 
+def test_a_grounded_reply_states_only_numbers_of_its_prompt():
+    prompt = [5, 11, 12, 20, 15, 10, 6]  # "... 12.50 ..."
+    grounded = NUMBERS.numbers_in(prompt)
+    assert grounded == {"1", "12", "12.", "12.5", "12.50"}
+    assert set(NUMBERS.ungrounded_digits([5, 6], grounded)) == DIGITS - {11}  # a new number begins as one of them
+    assert set(NUMBERS.ungrounded_digits([5, 11, 12, 20], grounded)) == DIGITS - {15}  # "12." goes on as "12.5"
+    assert set(NUMBERS.ungrounded_digits([5, 11, 12, 20, 15, 10], grounded)) == DIGITS  # "12.50" is all it says
+    assert set(NUMBERS.ungrounded_digits([5, 11, 12, 20, 6], grounded)) == DIGITS - {11}  # a full stop ends one
+    # A number that starts the reply or a line is free: a list's "1.", "2.", "10."
+    assert NUMBERS.ungrounded_digits([], grounded) == NUMBERS.ungrounded_digits([5, 22], grounded) == []
+    assert NUMBERS.ungrounded_digits([5, 22, 17], grounded) == []
+    logits = torch.zeros(30)
+    logits[13], logits[11], logits[6] = 3.0, 2.0, 1.0
+    assert NUMBERS.choose(logits, [5, 6], grounded) == 11  # "3" is in no number of the prompt; "1" is
+    assert NUMBERS.choose(logits, [5, 11, 12, 20, 15, 10], grounded) == 6  # no digit makes "12.50" longer
+    assert NUMBERS.choose(logits, [5, 6]) == 6 and REPETITION_OFF.choose(logits, [5, 6]) == 13  # nothing to state
+    assert not replace(NUMBERS, number_chars=()).changes_choice  # no digit tokens known: nothing to ground
+    assert RepetitionRule.from_json(json.loads(json.dumps(NUMBERS.to_json()))) == NUMBERS  # as stored with a reply
+
+
+def test_the_bundled_tokenizer_has_digit_joiner_and_line_break_tokens():
+    from transformers import AutoTokenizer
+
+    from decoding.model_loading import DEFAULT_MODEL_DIR, prepare_bundled_model
+
+    tokenizer = AutoTokenizer.from_pretrained(prepare_bundled_model(DEFAULT_MODEL_DIR))
+    rule = replace(RECOMMENDED_REPETITION_RULE, ground_numbers=True).for_tokenizer(tokenizer.eos_token_id, tokenizer)
+    assert sorted(char for _, char in rule.number_chars) == sorted("0123456789.,")
+    assert tokenizer("\n")["input_ids"][0] in rule.line_break_ids
+    prompt = tokenizer("Personal costs $8 per month or $80 per year.")["input_ids"]
+    assert {"8", "80"} <= rule.numbers_in(prompt) and "9" not in rule.numbers_in(prompt)
+
+
 def test_penalties_saturate_and_stay_finite():
     reply = [4] * 200  # the longest possible repeat
     penalty = RepetitionRule(dry_multiplier=5.0, dry_base=3.0).penalties(reply)[4]
@@ -142,12 +182,13 @@ def test_penalties_saturate_and_stay_finite():
     assert RepetitionRule(dry_multiplier=5.0, dry_base=3.0).choose(torch.zeros(8), reply) != 4
 
 
-def test_the_rule_sees_the_reply_only_never_the_prompt(tiny_model):
+def test_the_rule_sees_the_reply_before_each_position_and_the_prompt_only_for_its_numbers(tiny_model):
     """Every choice is made from the reply before it: greedy step by step, and LLMA's rows reply + draft[:j]."""
     prompt = [5, 6, 7, 5, 6, 7, 5, 6]  # a prompt full of repeats, which the rule must not look at
     spy = SpyRule()
     reply = greedy_generate(tiny_model, prompt, 30, repetition=spy).tokens
     assert spy.prefixes == [reply[:i] for i in range(len(reply))]
+    assert spy.prompts == [prompt]  # read once, for the numbers a reply may state
 
     llma_spy = SpyRule()
     options = LlmaOptions(30, repetition=llma_spy)
@@ -164,8 +205,13 @@ class SpyRule:
 
     def __init__(self) -> None:
         self.prefixes: list[list[int]] = []
+        self.prompts: list[list[int]] = []
 
-    def choose(self, logits: torch.Tensor, reply) -> int:
+    def numbers_in(self, prompt) -> frozenset[str]:
+        self.prompts.append(list(prompt))
+        return frozenset()
+
+    def choose(self, logits: torch.Tensor, reply, grounded=frozenset()) -> int:
         self.prefixes.append(list(reply))
         return int(logits.argmax())
 
