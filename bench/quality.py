@@ -43,8 +43,8 @@ VARIANTS = {
     "dry-no-end": ("dry", {"end_bonus": 0.0}, {}),  # DRY and the stop rule only
     "dry-end-96": ("dry", {"end_after": 96, "end_bonus": 0.05}, {}),
     "dry-end-128": ("dry", {"end_after": 128, "end_bonus": 0.1}, {}),
-    "dry-numbers": ("dry", {"ground_numbers": True}, {}),  # and every number grounded in the prompt
-    "dry": ("dry", {}, {}),  # the app's default
+    "dry-free-numbers": ("dry", {"ground_numbers": False}, {}),  # the app's rule before grounded numbers
+    "dry": ("dry", {}, {}),  # the app's default: DRY, the stop rule, the end bonus, grounded numbers
 }
 
 

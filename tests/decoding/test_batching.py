@@ -36,8 +36,11 @@ from .test_bundled_model import QUESTIONS, chat_ids
 from .test_invariance import DTYPES, hostile_references, random_ids
 
 PACKED_ARCHS = ["llama", "mistral", "qwen2"]
-# The app's rule, its end bonus from 24 tokens on so that it matters within 48; 2 is the tiny models' EOS.
-RULES = {"greedy": REPETITION_OFF, "dry": replace(RECOMMENDED_REPETITION_RULE, end_after=24).for_tokenizer(2)}
+# The app's rule, its end bonus from 24 tokens on so that it matters within 48; 2 is the tiny models' EOS, tokens
+# 10-19 their digits and 22 a line break (for the grounded numbers).
+TINY_DIGITS = tuple((10 + d, str(d)) for d in range(10))
+APP_RULE = replace(RECOMMENDED_REPETITION_RULE, end_after=24, number_chars=TINY_DIGITS, line_break_ids=(22,))
+RULES = {"greedy": REPETITION_OFF, "dry": APP_RULE.for_tokenizer(2)}
 FLAT = CostCurve(sizes=(8,), seconds=(0.04,), step_width=8)
 POLICIES = [FixedCopyPolicy(1, 15), FixedCopyPolicy(2, 3), AdaptiveCopyPolicy(cost=FLAT)]
 NO_COPY = {"use_prompt": False, "use_output": False}  # LLMA with nothing to copy from: greedy, one token a forward
@@ -204,7 +207,7 @@ def test_bundled_bf16_replies_in_company_equal_the_replies_alone():
     """The configuration `make run` picks on a bf16 CPU: the bundled model in bf16, packed, 4-wide steps."""
     model, tokenizer = load_model(dtype=torch.bfloat16)
     packed, eos = PackedLlama(model), tokenizer.eos_token_id
-    rule = RECOMMENDED_REPETITION_RULE.for_tokenizer(eos)
+    rule = RECOMMENDED_REPETITION_RULE.for_tokenizer(eos, tokenizer)  # the app's rule, grounded numbers included
     options, steps = LlmaOptions(40, eos, repetition=rule), StepConfig(4, cache_len=512)
     prompts = [chat_ids(tokenizer, q) for q in QUESTIONS[:4]]
     answers = [greedy_generate(packed, p, 40, eos, steps=steps, repetition=rule).tokens for p in prompts]

@@ -57,7 +57,8 @@ def test_logits_are_bit_identical_in_every_row_of_a_block(bundled_bf16):
 def test_llma_equals_fixed_width_decoding_under_the_apps_rule_with_hostile_references(bundled_bf16):
     """The app's decoding rule (DRY and the stop rule) decoded step by step, and LLMA under it, agree."""
     model, tokenizer, steps = bundled_bf16
-    eos, rule = tokenizer.eos_token_id, RECOMMENDED_REPETITION_RULE
+    eos = tokenizer.eos_token_id
+    rule = RECOMMENDED_REPETITION_RULE.for_tokenizer(eos, tokenizer)  # the app's, its grounded numbers included
     i = WIDTHS.index(steps.width) % 2  # one question per width, both questions over the widths
     prompt, other = (chat_ids(tokenizer, q) for q in (QUESTIONS[i], QUESTIONS[1 - i]))
     answer = greedy_generate(model, prompt, 40, eos, steps=steps, repetition=rule).tokens
