@@ -210,7 +210,8 @@ class AdminService:
         return self.cache.recent_replies(limit=limit)
 
     def verify(self, actor: str, reply_id: int) -> Verification:
-        """Rerun a reply with plain greedy decoding (waits for the model); KeyError or ValueError if it cannot."""
+        """Rerun a reply with its decoding rule one token at a time (waits for the model); KeyError or
+        ValueError if it cannot."""
         self.require_role(actor, "agent", "verify")
         return self.chat.verify(reply_id)
 

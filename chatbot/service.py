@@ -228,7 +228,7 @@ class ChatService:
     # --- staff tools -----------------------------------------------------------------------------
 
     def verify(self, reply_id: int) -> Verification:
-        """Rerun the stored reply's prompt with plain greedy decoding; compare tokens and times."""
+        """Rerun the stored reply's prompt with its decoding rule one token at a time; compare tokens and times."""
         reply = self.cache.get_reply(reply_id)
         if reply is None:
             raise KeyError(f"no reply {reply_id}")

@@ -1,4 +1,5 @@
-"""Admin tabs: verify a reply against plain greedy decoding; export and import the cache and articles."""
+"""Admin tabs: verify a reply against its decoding rule decoded step by step; export and import the cache and
+articles."""
 
 import tempfile
 from datetime import UTC, datetime
@@ -20,7 +21,8 @@ class ReplyVerifier:
     def build(self) -> gr.Dataframe:
         """Lay out and wire the tab; returns the table so the page can refresh it on tab select."""
         gr.Markdown(
-            "Verify reruns a reply's prompt with plain greedy decoding, checks the tokens are identical and "
+            "Verify reruns a reply's prompt with its decoding rule one token at a time (greedy, with the rule's "
+            "repetition control and grounded numbers), checks the tokens are identical and "
             "measures the real speedup. It uses the model, so it waits for chat turns in progress."
         )
         refresh = gr.Button("Refresh recent replies")
@@ -52,8 +54,8 @@ class ReplyVerifier:
             return f"Cannot verify reply {int(reply_id)}: {escape_markup(str(err))}"
         verdict = "identical to" if check.identical else "DIFFERS from"
         return (
-            f"**Reply {check.reply_id}: {verdict} plain greedy decoding.**  \n"
-            f"Greedy took {check.greedy_seconds:.2f} s, the reply took {check.reply_seconds:.2f} s: "
+            f"**Reply {check.reply_id}: {verdict} step-by-step decoding.**  \n"
+            f"Step by step took {check.greedy_seconds:.2f} s, the reply took {check.reply_seconds:.2f} s: "
             f"measured speedup **{check.measured_speedup:.2f}x**."
         )
 

@@ -88,7 +88,7 @@ def test_edited_cached_answer_is_never_served_as_the_bots_answer(server, chat_cl
     print(f"after editing entry #{entry_id}: exact_hit={stats['exact_hit']}, reply={guided[:80]!r}")
     assert not stats["exact_hit"], "the approved edit changed the prompt: no stale exact hit may serve it"
     assert entry_id in [use["id"] for use in stats["grounding"]]
-    assert "identical to plain greedy decoding" in admin_client.predict(stats["reply_id"], api_name="/verify")
+    assert "identical to step-by-step decoding" in admin_client.predict(stats["reply_id"], api_name="/verify")
     assert admin_client.predict(str(entry_id), "rejected", api_name="/review_entries") == "Rejected 1 entry."
     text, stats = chat(chat_client, EXACT_QUESTION)
     print(f"after rejecting entry #{entry_id}: exact_hit={stats['exact_hit']}, reply={text[:80]!r}")

@@ -102,7 +102,7 @@ def test_replies_under_load_equal_plain_decoding(load_run, admin_client):
     for turn in turns:
         reply_id = turn.stats["reply_id"]
         verdict = admin_client.predict(reply_id, api_name="/verify")
-        assert f"Reply {reply_id}: identical to plain greedy decoding" in verdict, verdict
+        assert f"Reply {reply_id}: identical to step-by-step decoding" in verdict, verdict
 
 
 def test_store_agrees_and_nothing_was_locked(server, load_run):

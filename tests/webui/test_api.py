@@ -124,7 +124,7 @@ def test_admin_login_form_rejects_wrong_password(server):
 def test_admin_api_works_with_the_login(admin_client: Client, first_answer):
     reply_id = first_answer[1]["reply_id"]
     verdict = admin_client.predict(reply_id, api_name="/verify")
-    assert f"Reply {reply_id}: identical to plain greedy decoding" in verdict
+    assert f"Reply {reply_id}: identical to step-by-step decoding" in verdict
     table, info = admin_client.predict("reset my password", "hits", True, api_name="/list_entries")
     assert any(QUESTION in str(row) for row in table["data"])
     assert "entries" in info
