@@ -3,11 +3,11 @@ waiting on it, so concurrent replies cost about one forward of their stacked row
 
 Each reply keeps its own algorithm in its own thread (`llma_steps` over a `ModelVerifier`); only its runner is
 different: a `ScheduledRunner` hands each W-wide block to the scheduler and waits for its logits. A round starts
-once every reply holding a slot has handed in its block, or `gather_s` after the first did (a reply busy
-elsewhere, e.g. streaming to a slow browser, joins the next round). New replies' prefills run alone, between
-rounds. A row's logits do not depend on the other rows (decoding/batch_probe.py measures it; where it does not
-hold, `Scheduler.checked` lets one reply into a forward at a time), so every reply is bit-identical to the
-same reply decoded alone.
+once every reply holding a slot has handed in its block, or `gather_s` after the first did and the model was
+free (a reply busy elsewhere, e.g. streaming to a slow browser, joins the next round). New replies' prefills run
+alone, between rounds. A row's logits do not depend on the other rows (decoding/batch_probe.py measures it;
+where it does not hold, `Scheduler.checked` lets one reply into a forward at a time), so every reply is
+bit-identical to the same reply decoded alone.
 """
 
 import threading
@@ -145,7 +145,7 @@ class Scheduler:
                 self._free_since = time.monotonic()
 
     def _round_ready(self) -> bool:
-        """Every slot holder has handed in a block, or the first one has waited `gather_s`."""
+        """Every slot holder has handed in a block, or `gather_s` passed since the first did and the model was free."""
         return bool(self._steps) and (len(self._steps) >= self._holders or self._gather_left() == 0)
 
     def _gather_left(self) -> float | None:
