@@ -62,8 +62,8 @@ test: setup dev browser postgresql
 test-fast: setup dev
 	$(PYTEST) -m "not slow and not browser"
 
-# Every workload and method on 5 questions each (35 in all), 2 in the n-by-k grid: 10-16 min on 2 cores
-# (scaled from the per-question times of a recorded 16-question run; the grid's questions cost about 1.3 others).
+# Every workload and method on 5 questions each (35 in all), 2 in the n-by-k grid: 7 min on a 2-core Intel Xeon
+# without AMX (measured 2026-12-01).
 # BENCH_FULL=1: every group, article and novel question once (one later wording per group, about 290 questions,
 # 6 in the grid): about 45 min on a 2-core AMD EPYC, 2 h on a 2-core Intel Xeon.
 # All ~320 questions at 128 tokens take hours: `make bench BENCH_ARGS=`. Any BENCH_ARGS replaces both sets.
