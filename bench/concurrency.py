@@ -11,9 +11,7 @@ of batched replies identical to the same question's reply taking turns.
 """
 
 import argparse
-import json
 import statistics
-import sys
 import tempfile
 import threading
 import time
@@ -22,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from bench.markdown import write_side_run
 from bench.methods import app_engine
 from bench.workloads import round_robin
 from chatbot import ChatService, ChatSettings, Seed
@@ -171,15 +170,11 @@ def main() -> None:
     for i, n in enumerate(counts):
         questions = pool[:n] if i % 2 == 0 else pool[-n:]  # another set each round; both modes ask the same
         rounds += [run_round(engine, n, mode, questions, settings) for mode in MODES]
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "rounds.json").write_text(
-        json.dumps([asdict(r) for r in rounds], indent=1, ensure_ascii=False))
+    body = (f"{table(rounds)}\n\nReplies of at most {args.max_new_tokens} tokens. "
+            "![throughput and p95 latency](concurrency.png)")
+    print(write_side_run(args.out, "Many customers at once", engine.describe(), body, "report.md", "rounds.json",
+                         [asdict(r) for r in rounds]))
     plot(rounds, args.out / "concurrency.png")
-    command = "python -m bench.concurrency " + " ".join(sys.argv[1:])
-    report = (f"# Many customers at once\n\n`{command}`\n\nEngine: {engine.describe()}\n\n{table(rounds)}\n\n"
-              f"Replies of at most {args.max_new_tokens} tokens. ![throughput and p95 latency](concurrency.png)\n")
-    (args.out / "report.md").write_text(report)
-    print(report)
 
 
 if __name__ == "__main__":

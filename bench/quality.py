@@ -11,14 +11,13 @@ greedy time over the reply's own time is the measured speedup.
 """
 
 import argparse
-import json
-import sys
 import tempfile
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
 
+from bench.markdown import write_side_run
 from bench.methods import app_engine, decoding_rule
 from bench.quality_checks import ReplyQuality, judge
 from bench.workloads import round_robin
@@ -161,13 +160,8 @@ def main() -> None:
     print(f"Engine: {engine.describe()}", flush=True)
     sets = question_sets(load_questions(), args.questions, args.skip)
     asked = [a for variant in variants for a in run_variant(engine, variant, sets, args.max_new_tokens, args.verify)]
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "replies.json").write_text(json.dumps([asdict(a) for a in asked], indent=1, ensure_ascii=False))
-    command = "python -m bench.quality " + " ".join(sys.argv[1:])
-    report = (f"# Reply quality\n\n`{command}`\n\nEngine: {engine.describe()}\n\n"
-              f"{table(asked, args.max_new_tokens)}\n")
-    (args.out / "quality.md").write_text(report)
-    print(report)
+    print(write_side_run(args.out, "Reply quality", engine.describe(), table(asked, args.max_new_tokens),
+                         "quality.md", "replies.json", [asdict(a) for a in asked]))
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ import torch
 
 from chatbot import ChatService, ChatSettings, Reply
 from decoding import CostCurve, StepWidth, build_engine, load_model
+from tests.decoding.test_bundled_model import QUESTIONS  # five support questions, one per topic
 
 pytestmark = pytest.mark.slow
 
@@ -17,13 +18,6 @@ MODEL_ID = "SmolLM2-135M-Instruct"
 CPU_CURVE = CostCurve(sizes=(1, 2, 4, 8, 16, 32, 64), seconds=(0.075, 0.110, 0.115, 0.120, 0.150, 0.190, 0.300))
 
 SETTINGS = ChatSettings(max_new_tokens=32)
-QUESTIONS = [
-    "How do I reset my password?",
-    "Can I get a refund for my annual plan?",
-    "How do I share a folder with someone outside my team?",
-    "Why is the desktop app not syncing my files?",
-    "How do I turn on two-factor authentication?",
-]
 WAIT_S = 300.0  # five 32-token replies take seconds; this only bounds a broken scheduler
 
 
