@@ -312,6 +312,7 @@ RULE_PARTS = {
     "dry_multiplier": ("dry_multiplier", "dry_base", "dry_allowed_length"),
     "stop_ngram": ("stop_ngram",),
     "end_bonus": ("end_after", "end_bonus"),
+    "ground_numbers": ("ground_numbers",),
 }
 
 

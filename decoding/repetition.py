@@ -17,6 +17,7 @@ never the vocabulary.
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, fields, replace
+from functools import cached_property
 
 import torch
 
@@ -74,9 +75,14 @@ class RepetitionRule:
         choice greedy's)."""
         return self.no_repeat_ngram > 0 or self.dry_multiplier > 0 or self.ends_on_time or self.grounds_numbers
 
-    @property
+    @cached_property
     def grounds_numbers(self) -> bool:
         return self.ground_numbers and any(char.isdigit() for _, char in self.number_chars)
+
+    @cached_property
+    def _number_char(self) -> dict[int, str]:
+        """number_chars as a lookup, built once per rule rather than once per row."""
+        return dict(self.number_chars)
 
     @property
     def ends_on_time(self) -> bool:
@@ -95,9 +101,8 @@ class RepetitionRule:
         """Every prefix of every number the prompt states: what a grounded reply's numbers may be."""
         if not self.grounds_numbers:
             return frozenset()
-        chars = dict(self.number_chars)
         prefixes = set()
-        for number in _numbers(prompt_ids, chars):
+        for number in _numbers(prompt_ids, self._number_char):
             prefixes.update(number[: i + 1] for i in range(len(number)))
         return frozenset(prefixes)
 
@@ -131,8 +136,7 @@ class RepetitionRule:
 
     def ungrounded_digits(self, reply: Sequence[int], grounded: frozenset[str]) -> list[int]:
         """The digit tokens that would make the reply's number so far one the prompt does not state."""
-        chars = dict(self.number_chars)
-        number, start = _trailing_number(reply, chars)
+        number, start = _trailing_number(reply, self._number_char)
         if start == 0 or reply[start - 1] in self.line_break_ids:
             return []  # a number that starts a line: a list's marker, or a line's first word
         return [token for token, char in self.number_chars if char.isdigit() and number + char not in grounded]
@@ -207,7 +211,7 @@ def _trailing_number(reply: Sequence[int], chars: dict[int, str]) -> tuple[str, 
 
 
 def _numbers(ids: Sequence[int], chars: dict[int, str]) -> list[str]:
-    """The numbers in a token sequence: runs of digits with single "." or "," inside."""
+    """The numbers in a token sequence: runs of digits with "." or "," inside."""
     numbers, run = [], ""
     for token in [*ids, None]:
         char = chars.get(token) if token is not None else None

@@ -1,10 +1,33 @@
-"""Torch threads for every model process of a test run: one per core, shared among pytest-xdist's workers.
+"""Threads in tests: torch threads per model process (one per core, shared among pytest-xdist's workers), and
+tasks run in threads of their own at once.
 
 `make test` runs two workers on a 2-core machine; two threads in each, plus the app servers they start,
 would make OpenMP threads wait on each other. One thread per process keeps every process at full speed.
 """
 
 import os
+import threading
 
 WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 TEST_THREADS = max(1, min(2, (os.cpu_count() or 1) // WORKERS))
+
+
+def run_at_once(tasks: list, wait_s: float) -> list:
+    """Each task (a callable) in its own thread, all started together; what each returned, or what it raised.
+
+    Fails the test, instead of hanging it, when a task is still running after `wait_s`."""
+    outcomes: list = [None] * len(tasks)
+
+    def run(i: int) -> None:
+        try:
+            outcomes[i] = tasks[i]()
+        except BaseException as error:  # handed back to the test thread
+            outcomes[i] = error
+
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(len(tasks))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(wait_s)
+    assert not any(thread.is_alive() for thread in threads), f"tasks still running after {wait_s} s"
+    return outcomes

@@ -1,7 +1,6 @@
 """Concurrent chat turns share the packed forward and store exactly the replies they store one after another."""
 
 import shutil
-import threading
 from pathlib import Path
 
 import pytest
@@ -10,6 +9,7 @@ import torch
 from chatbot import ChatService, ChatSettings, Reply
 from decoding import CostCurve, StepWidth, build_engine, load_model
 from tests.decoding.test_bundled_model import QUESTIONS  # five support questions, one per topic
+from tests.threads import run_at_once
 
 pytestmark = pytest.mark.slow
 
@@ -42,20 +42,8 @@ def open_service(engine, seeded_dir: Path, data_dir: Path) -> ChatService:
 
 def ask_at_once(service: ChatService, questions: list[str]) -> list[Reply]:
     """Every question in its own thread, as the web app's workers ask them."""
-    replies: list[Reply | BaseException | None] = [None] * len(questions)
-
-    def ask(i: int) -> None:
-        try:
-            replies[i] = service.ask(questions[i], session_id=f"customer-{i}")
-        except BaseException as error:  # reported below
-            replies[i] = error
-
-    threads = [threading.Thread(target=ask, args=(i,), daemon=True) for i in range(len(questions))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(WAIT_S)
-    assert not any(t.is_alive() for t in threads), f"turns still running after {WAIT_S} s"
+    asks = [lambda i=i, q=q: service.ask(q, session_id=f"customer-{i}") for i, q in enumerate(questions)]
+    replies = run_at_once(asks, WAIT_S)
     assert all(isinstance(r, Reply) for r in replies), replies
     return replies
 

@@ -30,6 +30,7 @@ from decoding import (
 from decoding.batch_probe import shared_forward_mismatches
 from decoding.packed import Lane
 from decoding.scheduler import Scheduler, Sharing, scheduled_llma_stream
+from tests.threads import run_at_once
 
 from .invariance import make_tiny_model
 from .test_bundled_model import QUESTIONS, chat_ids
@@ -65,23 +66,14 @@ def decode_alone(model: PackedLlama, job: Job) -> DecodeResult:
 def decode_together(scheduler: Scheduler, jobs: list[Job]) -> tuple[list[DecodeResult], list[Sharing]]:
     """Every job in its own thread through `scheduler`, all started at once."""
     results, sharings = [DecodeResult() for _ in jobs], [Sharing() for _ in jobs]
-    errors: list[BaseException] = []
 
-    def run(i: int) -> None:
-        job = jobs[i]
-        try:
-            for _ in scheduled_llma_stream(scheduler, job.prompt, job.references, job.policy, job.options,
-                                           job.steps, results[i], sharings[i]):
-                pass
-        except BaseException as error:  # reported by the test thread
-            errors.append(error)
+    def run(job: Job, result: DecodeResult, sharing: Sharing) -> None:
+        for _ in scheduled_llma_stream(scheduler, job.prompt, job.references, job.policy, job.options,
+                                       job.steps, result, sharing):
+            pass
 
-    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(len(jobs))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(WAIT_S)
-    assert not any(t.is_alive() for t in threads), f"replies still decoding after {WAIT_S} s"
+    tasks = [lambda j=j, r=r, s=s: run(j, r, s) for j, r, s in zip(jobs, results, sharings, strict=True)]
+    errors = [outcome for outcome in run_at_once(tasks, WAIT_S) if isinstance(outcome, BaseException)]
     assert not errors, errors
     return results, sharings
 
