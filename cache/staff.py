@@ -13,6 +13,7 @@ from datetime import datetime
 from pathlib import Path
 
 from sqlalchemy import JSON, Engine, Integer, String, Text, delete, func, select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Mapped, mapped_column, sessionmaker
 
 from cache.schema import DB_FILE, Base, UtcDateTime, create_db_engine, utc_now
@@ -153,10 +154,14 @@ class StaffStore:
 
     def add_user(self, name: str, role: str, password_hash: str) -> None:
         """ValueError when the name is taken."""
-        with self._lock, self._sessions.begin() as session:
-            if session.scalar(select(StaffUser.id).where(StaffUser.name == name)) is not None:
-                raise ValueError(f"there is already a staff account named {name!r}")
-            session.add(StaffUser(name=name, role=role, password_hash=password_hash))
+        taken = f"there is already a staff account named {name!r}"
+        try:
+            with self._lock, self._sessions.begin() as session:
+                if session.scalar(select(StaffUser.id).where(StaffUser.name == name)) is not None:
+                    raise ValueError(taken)
+                session.add(StaffUser(name=name, role=role, password_hash=password_hash))
+        except IntegrityError as err:  # another replica added the name between the check and the insert
+            raise ValueError(taken) from err
 
     def update_user(self, name: str, role: str | None = None, password_hash: str | None = None) -> bool:
         with self._lock, self._sessions.begin() as session:
