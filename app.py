@@ -16,6 +16,7 @@ from data import example_questions
 from decoding import (
     NAMED_RULES,
     ONE_TOKEN,
+    WEIGHTS_SETTINGS,
     EngineConfigError,
     ModelLoadError,
     StepWidth,
@@ -41,6 +42,8 @@ class Settings(BaseSettings):
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"  # auto: bfloat16 where the CPU or GPU has bf16 kernels
     # auto: measured by the deployment's first start and kept in its database; 0: one-token steps; W
     step_width: str = "auto"
+    # auto: the weight format (dense, int8, int4) measured cheapest by the first start, kept in the database
+    weights: str = "auto"
     max_new_tokens: int = ChatSettings.max_new_tokens
     max_concurrent_replies: int = ChatSettings.max_concurrent_replies  # replies sharing one packed forward
     references_k: int = ChatSettings.references_k
@@ -67,6 +70,13 @@ class Settings(BaseSettings):
     @classmethod
     def _check_step_width(cls, value: str) -> str:
         StepWidth.parse(value)  # a bad one is refused here, at start, with the choices
+        return value
+
+    @field_validator("weights")
+    @classmethod
+    def _check_weights(cls, value: str) -> str:
+        if value not in WEIGHTS_SETTINGS:
+            raise ValueError(f"CHATBOT_WEIGHTS must be one of {', '.join(WEIGHTS_SETTINGS)}, not {value!r}")
         return value
 
     def step_width_setting(self) -> StepWidth:
@@ -112,7 +122,7 @@ def main() -> None:
     try:
         service = ChatService.create(
             settings.data_dir, settings.model, settings.db_url, chat_settings,
-            dtype=dtype, device=device, step_width=settings.step_width_setting(),
+            dtype=dtype, device=device, step_width=settings.step_width_setting(), weights=settings.weights,
         )
     except ModelLoadError as err:
         _fail(f"cannot load the model: {err}")

@@ -9,6 +9,7 @@ Writes results.json, report.md and PNG plots to --out.
 """
 
 import argparse
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from bench.results import Results, load
 from bench.run import BenchConfig, run_bench
 from bench.workloads import WORKLOADS, Retrieval
 from data import DATA_DIR
+from decoding import WEIGHTS_SETTINGS
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -45,9 +47,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="the decoding rule greedy and LLMA share: dry (the app's) or off (plain greedy)")
     parser.add_argument("--step-width", default="auto",
                         help="every decode forward this wide (0: one-token steps); auto: measured, as make run does")
-    parser.add_argument("--peers", action="store_true",
-                        help="also run " + ",".join(PEER_METHODS) + " (needs requirements-peers.txt: make bench "
-                        "BENCH_PEERS=1)")
+    parser.add_argument("--weights", choices=WEIGHTS_SETTINGS, default="auto",
+                        help="the packed forward's weight format; auto: measured, as make run does")
+    peers = parser.add_mutually_exclusive_group()
+    peers.add_argument("--peers", action="store_true", default=None,
+                       help="run " + ",".join(PEER_METHODS) + " (the default where llama-cpp-python is installed: "
+                       "make peers)")
+    peers.add_argument("--no-peers", dest="peers", action="store_false", help="leave the peer rows out")
     parser.add_argument("--redraw", type=Path, default=None, help="a saved results.json: write its report again")
     args = parser.parse_args(argv)
     args.methods = [m.strip() for m in args.methods.split(",") if m.strip()]
@@ -56,6 +62,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"unknown methods {unknown}; choose from {', '.join(METHODS)}")
     if "greedy" not in args.methods:
         args.methods.insert(0, "greedy")  # the baseline every speedup and identity check is measured against
+    if args.peers is None:  # where llama.cpp is installed, every report compares with it
+        args.peers = importlib.util.find_spec("llama_cpp") is not None
     if args.peers:
         args.methods += list(PEER_METHODS)
     chosen = {w.strip() for w in args.workloads.split(",") if w.strip()}
@@ -70,7 +78,7 @@ def config_of(args: argparse.Namespace) -> BenchConfig:
         workload=args.workload, articles=args.articles, max_new_tokens=args.max_new_tokens, limit=args.limit,
         methods=args.methods, grid_questions=args.grid_questions, retrieval=Retrieval(args.k, args.threshold),
         repeats=args.repeats, workloads=args.workloads, dtype=args.dtype, rule=args.rule,
-        step_width=args.step_width,
+        step_width=args.step_width, weights=args.weights,
     )
 
 

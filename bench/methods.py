@@ -88,7 +88,8 @@ class Decoder:
 
     @classmethod
     def load(
-        cls, max_new_tokens: int, peers: bool = False, dtype_setting: str = "auto", width_setting: str = "auto"
+        cls, max_new_tokens: int, peers: bool = False, dtype_setting: str = "auto", width_setting: str = "auto",
+        weights_setting: str = "auto",
     ) -> "Decoder":
         """The bundled model as `make run` runs it on this machine (the packed forward, bfloat16 where the CPU has
         bf16 kernels, W-wide steps of the measured width; the settings override dtype and width), transformers'
@@ -97,7 +98,8 @@ class Decoder:
         GGUF file the engine's weights were dequantized from, with the bench's torch threads."""
         peer = LlamaCppGreedy(bundled_gguf_path(), torch.get_num_threads()) if peers else None  # fails fast
         dtype = pick_dtype(dtype_setting, "cpu")
-        engine = load_engine(dtype=dtype, width=StepWidth.parse(width_setting))  # auto: measured now, as at first start
+        # auto: measured now, as at a deployment's first start
+        engine = load_engine(dtype=dtype, width=StepWidth.parse(width_setting), weights=weights_setting)
         source = engine.model.source if isinstance(engine.model, PackedLlama) else engine.model
         hf_model = source if dtype == torch.float32 else load_model(dtype=torch.float32)[0]
         torch.manual_seed(0)
@@ -179,6 +181,10 @@ class Decoder:
     @property
     def forward(self) -> str:
         return self.engine.forward
+
+    @property
+    def weights(self) -> str:
+        return self.engine.weights
 
     @property
     def hf_dtype(self) -> str:
@@ -277,9 +283,10 @@ def replay(prompt_ids: list[int], references: list[list[int]], greedy_tokens: li
 RULES = NAMED_RULES  # "off": plain greedy; "dry": the app's default rule
 
 
-def app_engine() -> Engine:
-    """The bundled model as `make run` runs it on this machine: its dtype, the packed forward, a measured width."""
-    return load_engine(dtype=pick_dtype("auto", "cpu"), width=AUTO)
+def app_engine(weights: str = "auto") -> Engine:
+    """The bundled model as `make run` runs it on this machine: its dtype, the packed forward, a measured weight
+    format and width."""
+    return load_engine(dtype=pick_dtype("auto", "cpu"), width=AUTO, weights=weights)
 
 
 def decoding_rule(name: str) -> RepetitionRule:

@@ -6,7 +6,7 @@ requirements-peers.txt, and it is imported here alone, only when a run asks for 
 
 from pathlib import Path
 
-PEER_INSTALL = "`make bench BENCH_PEERS=1`, which first installs requirements-peers.txt"
+PEER_INSTALL = "`make peers`, or `make bench BENCH_PEERS=1`, which install requirements-peers.txt"
 
 
 class LlamaCppGreedy:

@@ -163,9 +163,9 @@ def peer_section(results: Results) -> str:
 def peer_intro(results: Results) -> str:
     version = f" {results.machine.llama_cpp}" if results.machine.llama_cpp else ""
     return (
-        f"An optional peer row, run only when asked for with {PEER_INSTALL} (compiling llama.cpp once): llama.cpp's "
-        f"greedy decoding through llama-cpp-python{version}, on the bundled Q4_1 GGUF file this engine's "
-        f"{results.model.dtype.removeprefix('torch.')} weights were dequantized from, fed the same prompt token ids, "
+        f"The peer row, run wherever llama-cpp-python is installed ({PEER_INSTALL}, compiling llama.cpp once): "
+        f"llama.cpp's greedy decoding through llama-cpp-python{version}, on the bundled Q4_1 GGUF file this engine's "
+        f"{weights_text(results.model)} weights were read from, fed the same prompt token ids, "
         f"with the bench's {results.machine.torch_threads} threads. Tokens per second are summed over the same "
         "questions for all three. llama.cpp multiplies by the 4-bit weights with its own kernels, so its reply may "
         "differ from greedy's at near-ties: that is no LLMA mismatch and counts in no target."
@@ -241,15 +241,23 @@ def flatness_note(results: Results) -> str:
     )
 
 
+def weights_text(model) -> str:
+    """"bfloat16" or "int4 (bfloat16 activations)": how the engine held the weights."""
+    dtype = model.dtype.removeprefix("torch.")
+    return dtype if model.weights == "dense" else f"{model.weights} ({dtype} activations)"
+
+
 def header_section(results: Results) -> str:
     s, m, model = results.settings, results.machine, results.model
     phases = ", ".join(f"{name} {secs:.0f} s" for name, secs in results.phase_seconds.items())
     steps = f"{model.step_width}-wide decode steps" if model.step_width else "one-token decode steps"
     hf = f", transformers generate (hf_*) in {model.hf_dtype}" if model.hf_dtype else ""
+    weights = f", {model.weights} weights" if model.weights != "dense" else ""
     lines = [
         "# LLMA benchmark",
         "",
-        f"- Model: {model.id}; this engine in {model.dtype} on the {model.forward} forward with {steps}{hf}; at most "
+        f"- Model: {model.id}; this engine in {model.dtype} on the {model.forward} forward{weights} with {steps}{hf}; "
+        "at most "
         f"{s.max_new_tokens} new tokens per reply.",
         f"- Decoding rule of greedy and LLMA: {rule_text(s.repetition)}; hf_* decode plain greedy.",
         f"- CPU: {m.cpu_model or m.processor} ({', '.join(m.cpu_flags) or 'flags not recorded'}).",

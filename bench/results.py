@@ -140,6 +140,7 @@ class ModelInfo:
     step_width: int | None = None  # every decode forward this wide; None: one-token steps
     hf_dtype: str = ""  # of transformers' generate (hf_greedy, hf_prompt_lookup)
     forward: str = "transformers"  # the engine's forward: "packed" (decoding/packed.py) or transformers'
+    weights: str = "dense"  # the packed forward's weight format: "dense" (the dtype), "int8" or "int4"
 
 
 @dataclass

@@ -62,6 +62,7 @@ class BenchConfig:
     dtype: str = "auto"  # the engine's: auto (as `make run` picks), float32 or bfloat16
     rule: str = "dry"  # the decoding rule greedy and LLMA share (methods.RULES): the app's by default
     step_width: str = "auto"  # "auto": measured, as a first `make run` does; "0": one-token steps; "W"
+    weights: str = "auto"  # "auto": measured, as a first `make run` does; "dense", "int8" or "int4"
 
 
 @dataclass(frozen=True)
@@ -187,7 +188,7 @@ def run_bench(config: BenchConfig) -> Results:
     machine = machine_info()
     peers = any(m in PEER_METHODS for m in config.methods)
     # Measures the step width and the forward cost curve once, before any timing.
-    decoder = Decoder.load(config.max_new_tokens, peers, config.dtype, config.step_width)
+    decoder = Decoder.load(config.max_new_tokens, peers, config.dtype, config.step_width, config.weights)
     decoder.repetition = decoding_rule(config.rule).for_tokenizer(decoder.eos_token_id, decoder.tokenizer)
     clock.lap("load model, measure cost curve")
     articles = load_articles(config.articles)
@@ -210,7 +211,7 @@ def run_bench(config: BenchConfig) -> Results:
     return Results(
         model=ModelInfo(
             decoder.model_id, decoder.dtype, decoder.parameters, decoder.step_width, decoder.hf_dtype,
-            decoder.forward,
+            decoder.forward, decoder.weights,
         ),
         machine=replace(machine, load_average_at_end=list(os.getloadavg()), llama_cpp=decoder.peer_version),
         settings=settings_of(config, decoder, len(grid_items), workloads.cache_entries),

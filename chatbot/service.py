@@ -35,7 +35,7 @@ from decoding import (
 )
 from decoding.engine import DEFAULT_MODEL_ID
 
-from .deployment import COST_CURVES_FILE, shared_width_chooser
+from .deployment import COST_CURVES_FILE, shared_weights_chooser, shared_width_chooser
 from .measure import ReplyMeter, StepTimer, copied_spans
 from .prompt import InputError, clean_text
 from .replies import Reply, ReplyReferences, Verification
@@ -59,6 +59,7 @@ class ChatService:
         # transformers' forward takes turns under the lock, a forward at a time.
         self.scheduler = scheduler or open_scheduler(engine, settings.max_concurrent_replies)
         self._model_lock = threading.Lock()
+        self._repacked: dict[str, PackedLlama] = {}  # the model in other weight formats, for Verify of older replies
         limit = getattr(engine.model.config, "max_position_embeddings", settings.context_window)
         self.context_window = min(settings.context_window, limit)
         self.planner = TurnPlanner(cache, engine, settings, self.context_window)
@@ -75,15 +76,20 @@ class ChatService:
         dtype: torch.dtype = torch.float32,
         device: str | torch.device = "cpu",
         step_width: StepWidth = AUTO,
+        weights: str = "dense",
     ) -> "ChatService":
         """Load the model (the bundled one by default) as an engine and open the service on it. An "auto" step
-        width is the one the deployment's database holds, measured here only by the first replica to start."""
+        width or weight format is the one the deployment's database holds, measured here only by the first
+        replica to start."""
         settings = settings or ChatSettings()
         model, tokenizer = load_model(model_path, dtype=dtype, device=device)  # a bad path fails before the rest
         cache = open_cache(data_dir, db_url, settings.max_entries)
         model_id = str(model_path or DEFAULT_MODEL_ID)
-        chooser = shared_width_chooser(cache, Path(data_dir) / COST_CURVES_FILE, model_id)
-        engine = build_engine(model, tokenizer, model_id, step_width, chooser)
+        cost_file = Path(data_dir) / COST_CURVES_FILE
+        engine = build_engine(
+            model, tokenizer, model_id, step_width, shared_width_chooser(cache, cost_file, model_id),
+            weights, shared_weights_chooser(cache, cost_file, model_id),
+        )
         return cls.start(engine, cache, data_dir, settings, seed)
 
     @classmethod
@@ -261,10 +267,18 @@ class ChatService:
         return len(tokens) or 1
 
     def _model_for(self, stats: ReplyStats | None):
-        """The forward a stored reply was decoded on: transformers' for replies from before the packed one."""
-        transformers = stats is None or stats.forward == "transformers"
+        """The forward a stored reply was decoded on: transformers' for replies from before the packed one,
+        the packed one in the weight format the reply was decoded in (packed here once, when first asked)."""
         model = self.engine.model
-        return model.source if transformers and isinstance(model, PackedLlama) else model
+        if not isinstance(model, PackedLlama):
+            return model
+        if stats is None or stats.forward == "transformers":
+            return model.source
+        if stats.weights != model.weights:
+            if stats.weights not in self._repacked:
+                self._repacked[stats.weights] = PackedLlama(model.source, weights=stats.weights)
+            return self._repacked[stats.weights]
+        return model
 
     def feedback(self, reply_id: int, value: int, reason: str = "") -> None:
         """Thumbs up (+1) or down (-1) with an optional reason; 0 takes the rating back."""

@@ -50,6 +50,7 @@ class ReplyStats:
     step_width: int | None = None  # every decode forward this wide (None: one-token steps)
     cache_len: int | None = None  # the preallocated KV cache of W-wide steps
     forward: str = "transformers"  # "packed" (decoding/packed.py) or transformers' (every reply before it)
+    weights: str = "dense"  # the packed forward's weight format: "dense" (the dtype; every reply before it), int8, int4
     shared_with: float = 0.0  # other replies in each of its decode forwards, on average (0: it decoded alone)
 
     def steps(self) -> StepConfig:

@@ -1,13 +1,23 @@
 """LLMA decoding (Inference with Reference, Yang et al. 2023): lossless, reference-assisted greedy decoding."""
 
-from .cost_model import CostCurve, choose_step_width, load_or_measure, measure_cost_curve
-from .engine import AUTO, ONE_TOKEN, Engine, EngineConfigError, StepWidth, build_engine, check_lossless, load_engine
+from .cost_model import CostCurve, choose_step_width, choose_weights, load_or_measure, measure_cost_curve
+from .engine import (
+    AUTO,
+    ONE_TOKEN,
+    WEIGHTS_SETTINGS,
+    Engine,
+    EngineConfigError,
+    StepWidth,
+    build_engine,
+    check_lossless,
+    load_engine,
+)
 from .forward import wants_fixed_width
 from .greedy import greedy_generate, greedy_stream
 from .hardware import CpuFeatures, cpu_features, pick_device, pick_dtype
 from .llma import LlmaOptions, ModelVerifier, Verifier, llma_generate, llma_steps, llma_stream
 from .model_loading import ModelLoadError, load_model, prepare_bundled_model
-from .packed import PackedLlama, forward_name, pack_model, packing_refusal
+from .packed import PackedLlama, forward_name, pack_model, packing_refusal, weights_name
 from .policy import AdaptiveCopyPolicy, CopyPolicy, Drafter, FixedCopyPolicy, best_copy_len
 from .reference_index import OUTPUT_SOURCE, PROMPT_SOURCE, Match, ReferenceIndex
 from .repetition import NAMED_RULES, RECOMMENDED_REPETITION_RULE, REPETITION_OFF, RepetitionRule
@@ -35,6 +45,8 @@ __all__ = [
     "CpuFeatures",
     "StepConfig",
     "choose_step_width",
+    "choose_weights",
+    "WEIGHTS_SETTINGS",
     "wants_fixed_width",
     "sized_steps",
     "cpu_features",
@@ -57,6 +69,7 @@ __all__ = [
     "ModelVerifier",
     "PackedLlama",
     "forward_name",
+    "weights_name",
     "pack_model",
     "packing_refusal",
     "ReferenceIndex",

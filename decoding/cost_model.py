@@ -16,12 +16,13 @@ from pathlib import Path
 import torch
 
 from .forward import ModelVerifier, wants_fixed_width
-from .packed import forward_name
+from .packed import PackedLlama, forward_name, weights_name
 from .steps import ONE_TOKEN_STEPS, StepConfig
+from .weights import WEIGHT_FORMATS, format_refusal, int4_refusal
 
 DEFAULT_SIZES = (1, 2, 4, 8, 16, 32, 64)
-STEP_WIDTHS = (16, 8, 4)  # the widest whose forward is nearly as cheap as one token's is chosen
-FLAT_TOLERANCE = 1.1  # "nearly": at most 10% dearer than a one-token forward of the same kind
+STEP_WIDTHS = (16, 8, 4, 2)  # the widest whose forward is nearly as cheap as one token's is chosen
+FLAT_TOLERANCE = 1.2  # "nearly": at most 20% dearer than a one-token forward of the same kind
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,8 @@ def machine_key(model: torch.nn.Module, steps: StepConfig = ONE_TOKEN_STEPS) -> 
     cfg = model.config
     dtype = str(next(model.parameters()).dtype)
     shape = f"{cfg.model_type}-{cfg.num_hidden_layers}x{cfg.hidden_size}-v{cfg.vocab_size}-{forward_name(model)}"
+    if weights_name(model) != "dense":  # dense keys stay as they were, so a machine's measured curves still count
+        shape += f"-{weights_name(model)}"
     width = f"width={steps.width},cache_len={steps.cache_len}" if steps.width else "width=variable"
     threads = f"threads={torch.get_num_threads()},omp_wait={os.environ.get('OMP_WAIT_POLICY', 'default')}"
     return f"{shape}|{dtype}|{width}|{model.device}|{threads}|{platform.machine()}|{platform.processor()}"
@@ -161,4 +164,40 @@ def choose_step_width(model, cache_file: Path | None = None) -> int | None:
     flat = [w for w in STEP_WIDTHS if cost[w] <= FLAT_TOLERANCE * cost[1]]
     width = max(flat) if flat else min(STEP_WIDTHS)
     _store(cache_file, key, width)
+    _store(cache_file, machine_key(model) + "|step-seconds", cost[width])  # what choose_weights compares
     return width
+
+
+def weight_formats(model: torch.nn.Module) -> list[str]:
+    """The weight formats the packed forward can hold this (transformers) model in, "dense" first."""
+    if isinstance(model, PackedLlama):
+        model = model.source
+    allowed = [f for f in WEIGHT_FORMATS if format_refusal(f, model.dtype, model.device) is None]
+    products = [m.weight for m in model.model.layers[0].modules() if isinstance(m, torch.nn.Linear)]
+    if any(int4_refusal(w) for w in (*products, model.lm_head.weight)):
+        allowed = [f for f in allowed if f != "int4"]
+    return allowed
+
+
+def choose_weights(model: torch.nn.Module, cache_file: Path | None = None) -> str:
+    """The weight format for the packed forward on this machine: the one whose chosen W-wide step
+    (choose_step_width) costs least. A step reads every weight once, so fewer bytes a weight usually wins;
+    but the int kernels widen weights to bf16 row by row, so their cost grows faster with the rows a step
+    holds (measured, Intel Xeon without AMX, 2 threads: int4 1 row 12.8 ms, 2 rows 1.18x, 4 rows 1.46x;
+    bf16 24.6 ms, 1.08x, 1.19x). Measured once per machine and kept in `cache_file`, like the width."""
+    source = model.source if isinstance(model, PackedLlama) else model
+    formats = weight_formats(source)
+    if len(formats) == 1:
+        return formats[0]
+    step_seconds = {}
+    for weights in formats:
+        packed = PackedLlama(source, weights=weights)
+        width = choose_step_width(packed, cache_file)
+        stored = _read(cache_file).get(machine_key(packed) + "|step-seconds")
+        step_seconds[weights] = stored if stored is not None else _step_seconds(packed, width)
+    return min(formats, key=step_seconds.__getitem__)
+
+
+def _step_seconds(packed: PackedLlama, width: int) -> float:
+    """One `width`-wide step of `packed`, timed here, where no cost file kept what choose_step_width measured."""
+    return measure_cost_curve(packed, steps=StepConfig(width, 512), repeats=7).seconds[0]

@@ -10,11 +10,14 @@ from pathlib import Path
 
 import torch
 
-from .cost_model import choose_step_width
+from .cost_model import choose_step_width, choose_weights
 from .hardware import cpu_features
 from .model_loading import load_model
-from .packed import PackedLlama, forward_name, pack_model
+from .packed import PackedLlama, forward_name, pack_model, packing_refusal, weights_name
 from .steps import StepConfig, sized_steps
+from .weights import WEIGHT_FORMATS, format_refusal
+
+WEIGHTS_SETTINGS = ("auto", *WEIGHT_FORMATS)  # auto: measured, choose_weights
 
 DEFAULT_MODEL_ID = "SmolLM2-135M-Instruct"  # what the bundled model's cached answers are kept under
 
@@ -69,6 +72,11 @@ class Engine:
         return forward_name(self.model)
 
     @property
+    def weights(self) -> str:
+        """"dense" (the model's dtype), "int8" or "int4": how the packed forward holds its weights."""
+        return weights_name(self.model)
+
+    @property
     def dtype(self) -> torch.dtype:
         return next(self.model.parameters()).dtype
 
@@ -84,19 +92,24 @@ class Engine:
         """The engine line printed at start, e.g. "bfloat16 on cpu, packed forward, 4-wide decode steps (CPU)"."""
         steps = f"{self.step_width}-wide decode steps" if self.step_width else "one-token decode steps"
         where = f"{str(self.dtype).removeprefix('torch.')} on {self.device}"
-        return f"{where}, {self.forward} forward, {steps} ({cpu_features().model_name})"
+        weights = f", {self.weights} weights" if self.weights != "dense" else ""
+        return f"{where}, {self.forward} forward{weights}, {steps} ({cpu_features().model_name})"
 
 
 WidthChooser = Callable[[torch.nn.Module], "int | None"]
+WeightsChooser = Callable[[torch.nn.Module], str]
 
 
 def build_engine(
     model: torch.nn.Module, tokenizer, model_id: str, width: StepWidth = AUTO,
-    choose_width: WidthChooser = choose_step_width,
+    choose_width: WidthChooser = choose_step_width, weights: str = "dense",
+    choose_format: WeightsChooser = choose_weights,
 ) -> Engine:
-    """Pack the model where the architecture allows, settle the width (`choose_width` for "auto"), and decide
-    the forward: the packed one runs W-wide steps only, so one-token steps run transformers' own forward."""
-    model = pack_model(model)
+    """Settle the weight format (`choose_format` for "auto"), pack the model where the architecture allows,
+    settle the width (`choose_width` for "auto"), and decide the forward: the packed one runs W-wide steps
+    only, so one-token steps run transformers' own forward."""
+    weights = settle_weights(model, weights, width, choose_format)
+    model = pack_model(model, weights=weights)
     step_width = {"auto": None, "one-token": None, "fixed": width.width}[width.kind]
     if width.kind == "auto":
         step_width = choose_width(model)
@@ -104,6 +117,24 @@ def build_engine(
         model = model.source
     refuse_lossy(model, step_width)
     return Engine(model, tokenizer, model_id, step_width)
+
+
+def settle_weights(model: torch.nn.Module, weights: str, width: StepWidth, choose_format: WeightsChooser) -> str:
+    """The weight format to pack in: "auto" measures where there is a choice; an int format the model or
+    the width cannot run is refused with the reason."""
+    if weights not in WEIGHTS_SETTINGS:
+        raise EngineConfigError(f"weights must be one of {', '.join(WEIGHTS_SETTINGS)}, not {weights!r}")
+    packable = packing_refusal(model) is None and width != ONE_TOKEN
+    if weights == "auto":
+        return choose_format(model) if packable else "dense"
+    if weights == "dense":
+        return weights
+    refusal = packing_refusal(model) or format_refusal(weights, model.dtype, model.device)
+    if refusal is None and width == ONE_TOKEN:
+        refusal = "one-token steps run transformers' forward, which holds dense weights only"
+    if refusal is not None:
+        raise EngineConfigError(f"{weights} weights are not possible here: {refusal}")
+    return weights
 
 
 def refuse_lossy(model: torch.nn.Module, step_width: int | None) -> None:
@@ -123,8 +154,8 @@ def check_lossless(dtype: torch.dtype, step_width: int | None) -> None:
 
 def load_engine(
     path: str | Path | None = None, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
-    width: StepWidth = AUTO, choose_width: WidthChooser = choose_step_width,
+    width: StepWidth = AUTO, choose_width: WidthChooser = choose_step_width, weights: str = "dense",
 ) -> Engine:
     """The model at `path` (the bundled SmolLM2 when None) as an Engine: the service's and the bench's one way in."""
     model, tokenizer = load_model(path, dtype=dtype, device=device)
-    return build_engine(model, tokenizer, str(path or DEFAULT_MODEL_ID), width, choose_width)
+    return build_engine(model, tokenizer, str(path or DEFAULT_MODEL_ID), width, choose_width, weights)

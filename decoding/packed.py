@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from .steps import StepConfig
+from .weights import Weight, format_refusal, pack_weight
 
 PACKABLE_TYPES = ("llama", "mistral", "qwen2")  # pre-norm, SiLU-gated MLP, rotary attention: one code path
 PACKED_DTYPES = (torch.float32, torch.bfloat16)
@@ -29,12 +30,12 @@ PACKED_DTYPES = (torch.float32, torch.bfloat16)
 class PackedLayer:
     """One decoder layer's weights, fused and laid out for the device's kernels."""
 
-    qkv: torch.Tensor  # q, k and v projections stacked: one product
+    qkv: Weight  # q, k and v projections stacked: one product
     qkv_bias: torch.Tensor | None
-    o: torch.Tensor
+    o: Weight
     o_bias: torch.Tensor | None
-    gate_up: torch.Tensor  # gate and up projections stacked
-    down: torch.Tensor
+    gate_up: Weight  # gate and up projections stacked
+    down: Weight
     input_norm: torch.Tensor
     post_norm: torch.Tensor
     window: int | None  # sliding-window attention: keys at most this many positions back
@@ -107,11 +108,12 @@ class PackedLlama:
     `source` is the transformers model it was packed from.
     """
 
-    def __init__(self, model: torch.nn.Module, width_hint: int = 8) -> None:
-        refusal = packing_refusal(model)
+    def __init__(self, model: torch.nn.Module, width_hint: int = 8, weights: str = "dense") -> None:
+        refusal = packing_refusal(model) or format_refusal(weights, model.dtype, model.device)
         if refusal is not None:
             raise ValueError(f"cannot pack this model: {refusal}")
         self.source = model
+        self.weights = weights  # "dense", "int8" or "int4" (decoding/weights.py)
         self.config, self.device, self.dtype = model.config, model.device, model.dtype
         self._onednn = model.device.type == "cpu"
         self._width_hint = width_hint
@@ -126,7 +128,9 @@ class PackedLlama:
         self._windows = {layer.window for layer in self.layers}
         self.embed = inner.embed_tokens.weight.detach()
         self.norm = inner.norm.weight.detach()
-        self.head = self._pack(model.lm_head.weight)
+        # The head stays in 8 bits under int4: the bundled GGUF stores it (the tied embedding) as Q8_0.
+        head_format = "int8" if weights == "int4" else weights
+        self.head = pack_weight(model.lm_head.weight, head_format, self._onednn, width_hint)
         self._rotary = inner.rotary_emb
         self._cos = self._sin = torch.empty(0)
 
@@ -207,10 +211,8 @@ class PackedLlama:
         gate_up = self._linear(h, layer.gate_up)
         return self._linear(F.silu(gate_up[:, : self.intermediate]) * gate_up[:, self.intermediate :], layer.down)
 
-    def _linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-        if self._onednn:
-            return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [None], "")
-        return F.linear(x, weight, bias)
+    def _linear(self, x: torch.Tensor, weight: Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
+        return weight(x, bias)
 
     def _mask(self, start: int, n_tokens: int, key_len: int, window: int | None) -> torch.Tensor:
         """(T, key_len) booleans: row t sees keys at positions <= start + t (and within the window)."""
@@ -251,11 +253,8 @@ class PackedLlama:
             window=_window(self.source.config, index),
         )
 
-    def _pack(self, weight: torch.Tensor) -> torch.Tensor:
-        weight = weight.detach().contiguous()
-        if self._onednn:
-            return torch.ops.mkldnn._reorder_linear_weight(weight, self._width_hint)
-        return weight
+    def _pack(self, weight: torch.Tensor) -> Weight:
+        return pack_weight(weight, self.weights, self._onednn, self._width_hint)
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
@@ -279,9 +278,14 @@ def forward_name(model) -> str:
     return "packed" if isinstance(model, PackedLlama) else "transformers"
 
 
-def pack_model(model: torch.nn.Module, width_hint: int = 8) -> "PackedLlama | torch.nn.Module":
+def weights_name(model) -> str:
+    """How the forward holds its weights: "int8" or "int4" (packed only), else "dense" (the model's dtype)."""
+    return model.weights if isinstance(model, PackedLlama) else "dense"
+
+
+def pack_model(model: torch.nn.Module, width_hint: int = 8, weights: str = "dense") -> "PackedLlama | torch.nn.Module":
     """The packed forward where the model allows it, else the model itself (transformers' forward)."""
-    return PackedLlama(model, width_hint) if packing_refusal(model) is None else model
+    return PackedLlama(model, width_hint, weights) if packing_refusal(model) is None else model
 
 
 class PackedRunner:

@@ -51,7 +51,7 @@ def bench_run(tmp_path_factory) -> Path:
     articles.write_text(json.dumps(ARTICLES))
     bench("--workload", str(workload), "--articles", str(articles), "--out", str(out), "--limit", "1",
           "--max-new-tokens", "16", "--step-width", "4",  # a given width: its measurement is test_packed.py's
-          "--threads", str(TEST_THREADS))
+          "--weights", "int4", "--no-peers", "--threads", str(TEST_THREADS))
     return out
 
 

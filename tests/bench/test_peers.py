@@ -20,9 +20,10 @@ PEER = "llamacpp_greedy"
 HAS_LLAMA_CPP = importlib.util.find_spec("llama_cpp") is not None
 
 
-def test_peers_run_only_when_asked_for():
+def test_peers_run_by_default_where_installed_and_on_request():
     assert PEER in PEER_METHODS and PEER not in METHODS
-    assert PEER not in parse_args([]).methods
+    assert (PEER in parse_args([]).methods) == HAS_LLAMA_CPP  # every report compares where llama.cpp is there
+    assert PEER not in parse_args(["--no-peers"]).methods
     assert parse_args(["--peers"]).methods == [*METHODS, PEER]
     assert parse_args(["--peers", "--methods", "llma"]).methods == ["greedy", "llma", PEER]
     with pytest.raises(SystemExit):

@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import pytest
+import torch
 from argon2 import PasswordHasher
 from transformers import AutoTokenizer
 
@@ -10,7 +11,7 @@ import chatbot.deployment as deployment
 from cache import StaffStore
 from chatbot import Accounts, AdminService, ChatService, ChatSettings, Seed
 from chatbot.service import open_cache
-from decoding import AUTO, ONE_TOKEN, CostCurve, build_engine
+from decoding import AUTO, ONE_TOKEN, CostCurve, StepWidth, build_engine
 from decoding.model_loading import DEFAULT_MODEL_DIR
 from tests.conftest import make_tiny_llama
 
@@ -57,3 +58,34 @@ def test_the_dashboard_shows_the_deployments_width(tmp_path: Path, monkeypatch, 
     summary = AdminService(cache, service, accounts).engine_summary("ada")
     assert summary.step_width == summary.deployment_step_width == 4
     assert "packed forward, 4-wide decode steps" in summary.line
+
+
+def test_the_first_replica_measures_the_weight_format_and_every_later_one_uses_it(tmp_path: Path, monkeypatch,
+                                                                                  tokenizer):
+    measured = iter(["int4", "int8"])
+    monkeypatch.setattr(deployment, "choose_weights", lambda model, cost_file: next(measured))
+    formats = []
+    for replica in ("a", "b"):
+        cache = open_cache(tmp_path / replica, f"sqlite:///{tmp_path / 'shared.db'}", max_entries=100)
+        chooser = deployment.shared_weights_chooser(cache, tmp_path / replica / "curves.json", "tiny")
+        model = make_tiny_llama(vocab_size=len(tokenizer)).to(torch.bfloat16)
+        formats.append(build_engine(model, tokenizer, "tiny", StepWidth.parse(4), weights="auto",
+                                    choose_format=chooser).weights)
+        cache.close()
+    assert formats == ["int4", "int4"]
+    assert next(measured) == "int8"  # the second replica measured nothing
+
+
+def test_a_reply_names_its_weight_format_and_verifies_in_it_after_the_format_changed(tmp_path: Path, tokenizer):
+    """Replies made in int4 stay verifiable on a restart in dense weights: Verify packs the model in the reply's
+    format (their last bits differ between formats, so another format's greedy would not be a fair check)."""
+    model = make_tiny_llama(vocab_size=len(tokenizer), seed=2).to(torch.bfloat16)
+    settings = ChatSettings(max_new_tokens=12)
+    replies = []
+    for weights in ("int4", "dense"):
+        engine = build_engine(model, tokenizer, "tiny", StepWidth.parse(4), weights=weights)
+        service = ChatService.open(engine, tmp_path, settings=settings, seed=Seed(), cost=CURVE)
+        replies.append(service.ask("How do I reset my password?"))
+    assert [r.stats.weights for r in replies] == ["int4", "dense"]
+    assert replies[0].text != replies[1].text  # the formats decode the same prompt apart: Verify must tell them
+    assert all(service.verify(reply.id).identical for reply in replies)  # the dense service verifies both

@@ -1,7 +1,7 @@
 """The configuration `make run` uses on a bf16-capable CPU: the bundled model in bfloat16 on the packed forward,
-at each width the engine may choose (4, 8, 16). transformers' forward in bfloat16, which runs for architectures
-the packed forward does not cover (never for the bundled Llama), is checked on those architectures in
-test_invariance.py."""
+in each weight format and at each width the engine may choose. transformers' forward in bfloat16, which runs
+for architectures the packed forward does not cover (never for the bundled Llama), is checked on those
+architectures in test_invariance.py."""
 
 import pytest
 import torch
@@ -27,7 +27,9 @@ pytestmark = pytest.mark.slow
 FLAT = CostCurve(sizes=(8,), seconds=(0.04,), step_width=8)
 
 
-WIDTHS = (4, 8, 16)
+# (weights, width): every width in STEP_WIDTHS for dense weights; the int formats, whose steps grow dearer with
+# their rows, at the narrower widths (int4 chose W=2 on an Intel Xeon without AMX; int8 8 rows cost 2.2x 1 there).
+SHAPES = [("dense", w) for w in (2, 4, 8, 16)] + [("int8", 2), ("int8", 4)] + [("int4", w) for w in (2, 4, 8)]
 
 
 @pytest.fixture(scope="module")
@@ -37,12 +39,20 @@ def bundled_bf16_model():
 
 @pytest.fixture(scope="module")
 def packed_bf16(bundled_bf16_model):
-    return pack_model(bundled_bf16_model[0])
+    packed = {}  # by weight format, packed when first asked for
+
+    def in_format(weights: str):
+        if weights not in packed:
+            packed[weights] = pack_model(bundled_bf16_model[0], weights=weights)
+        return packed[weights]
+
+    return in_format
 
 
-@pytest.fixture(params=WIDTHS, ids=[f"packed-w{width}" for width in WIDTHS])
+@pytest.fixture(params=SHAPES, ids=[f"packed-{weights}-w{width}" for weights, width in SHAPES])
 def bundled_bf16(request, bundled_bf16_model, packed_bf16):
-    return packed_bf16, bundled_bf16_model[1], StepConfig(width=request.param)
+    weights, width = request.param
+    return packed_bf16(weights), bundled_bf16_model[1], StepConfig(width=width)
 
 
 def test_logits_are_bit_identical_in_every_row_of_a_block(bundled_bf16):
@@ -59,7 +69,7 @@ def test_llma_equals_fixed_width_decoding_under_the_apps_rule_with_hostile_refer
     model, tokenizer, steps = bundled_bf16
     eos = tokenizer.eos_token_id
     rule = RECOMMENDED_REPETITION_RULE.for_tokenizer(eos, tokenizer)  # the app's, its grounded numbers included
-    i = WIDTHS.index(steps.width) % 2  # one question per width, both questions over the widths
+    i = steps.width.bit_length() % 2  # one question per width, both questions over the widths
     prompt, other = (chat_ids(tokenizer, q) for q in (QUESTIONS[i], QUESTIONS[1 - i]))
     answer = greedy_generate(model, prompt, 40, eos, steps=steps, repetition=rule).tokens
     changed = [t if k % 7 != 3 else other[-1] for k, t in enumerate(answer)]

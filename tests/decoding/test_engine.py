@@ -72,3 +72,26 @@ def test_llma_on_the_engine_equals_greedy_on_the_engine_either_forward():
         references = [greedy.tokens[5:], prompt[::-1]]
         llma = llma_generate(engine.model, prompt, references, policy, LlmaOptions(24, None), steps=steps)
         assert llma.tokens == greedy.tokens and llma.copied_tokens > 0
+
+
+def test_the_weight_format_is_asked_of_the_chooser_only_for_auto_and_named_in_the_engine_line():
+    model = make_tiny_llama().to(torch.bfloat16)
+    asked = []
+    engine = build_engine(model, None, "tiny", StepWidth.parse(4), weights="auto",
+                          choose_format=lambda m: asked.append(m) or "int4")
+    assert len(asked) == 1 and engine.weights == "int4" and engine.model.weights == "int4"
+    assert "packed forward, int4 weights, 4-wide decode steps" in engine.describe()
+    dense = build_engine(model, None, "tiny", StepWidth.parse(4), choose_format=lambda m: asked.append(m))
+    assert len(asked) == 1 and dense.weights == "dense" and "weights" not in dense.describe()
+
+
+def test_int_weights_are_refused_with_the_reason_where_they_cannot_run():
+    with pytest.raises(EngineConfigError, match="int4 weights are not possible here.*bfloat16 activations"):
+        build_engine(make_tiny_llama(), None, "tiny", StepWidth.parse(4), weights="int4")  # float32
+    with pytest.raises(EngineConfigError, match="int8 weights are not possible here.*one-token steps"):
+        build_engine(make_tiny_llama().to(torch.bfloat16), None, "tiny", ONE_TOKEN, weights="int8")
+    with pytest.raises(EngineConfigError, match="weights must be one of auto, dense, int8, int4"):
+        build_engine(make_tiny_llama(), None, "tiny", StepWidth.parse(4), weights="q4")
+    # "auto" where nothing but dense can run asks no one and packs dense
+    engine = build_engine(make_tiny_llama(), None, "tiny", ONE_TOKEN, weights="auto", choose_format=None)
+    assert engine.weights == "dense" and engine.forward == "transformers"

@@ -13,6 +13,7 @@ from decoding import (
     StepConfig,
     build_engine,
     choose_step_width,
+    choose_weights,
     cost_model,
     greedy_generate,
     llma_generate,
@@ -21,16 +22,18 @@ from decoding import (
 )
 from decoding.cost_model import FLAT_TOLERANCE, STEP_WIDTHS, CostCurve
 from decoding.forward import open_runner
+from decoding.weights import format_refusal, int4_weight
 
 from .invariance import differing_positions, make_tiny_model
 from .test_invariance import CONTEXT_LEN, DTYPES, WINDOWS, hostile_mismatches, random_ids
 
 PACKED_ARCHS = ["llama", "mistral", "qwen2"]
 STEPS = StepConfig(width=8, cache_len=512)
+INT_FORMATS = ["int8", "int4"]
 
 
-def tiny_packed(arch: str, dtype: torch.dtype, seed: int = 0, **overrides) -> PackedLlama:
-    return PackedLlama(make_tiny_model(arch, dtype, seed, **overrides))
+def tiny_packed(arch: str, dtype: torch.dtype, seed: int = 0, weights: str = "dense", **overrides) -> PackedLlama:
+    return PackedLlama(make_tiny_model(arch, dtype, seed, **overrides), weights=weights)
 
 
 @torch.inference_mode()
@@ -70,6 +73,61 @@ def test_packed_llma_equals_packed_greedy_with_hostile_references(arch, dtype):
     greedy = greedy_generate(model, prompt, 60, steps=STEPS)
     assert greedy.forward_passes == 60
     assert hostile_mismatches(model, prompt, greedy.tokens, STEPS, seed=3) == []
+
+
+@pytest.mark.parametrize("weights", INT_FORMATS)
+@pytest.mark.parametrize("arch", PACKED_ARCHS)
+def test_int_weights_keep_every_row_of_a_block_bit_identical(arch, weights):
+    """int8 and int4 weights (bf16 activations): row 0 of a padded step equals every row of a block, bit for bit."""
+    model = tiny_packed(arch, torch.bfloat16, weights=weights)
+    ids = random_ids(seed=len(arch), n=CONTEXT_LEN)
+    for width, prompt_len, end in WINDOWS:
+        assert differing_positions(model, ids[:end], prompt_len, StepConfig(width, cache_len=512)) == [], width
+
+
+@pytest.mark.parametrize("weights", INT_FORMATS)
+@pytest.mark.parametrize("arch", PACKED_ARCHS)
+def test_int_weights_llma_equals_their_greedy_with_hostile_references(arch, weights):
+    model = tiny_packed(arch, torch.bfloat16, seed=1, weights=weights)
+    prompt = random_ids(seed=7, n=12)
+    greedy = greedy_generate(model, prompt, 60, steps=STEPS)
+    assert hostile_mismatches(model, prompt, greedy.tokens, STEPS, seed=3) == []
+
+
+@torch.inference_mode()
+@pytest.mark.parametrize(("weights", "tolerance"), [("int8", 0.05), ("int4", 0.3)])
+def test_int_weights_compute_nearly_the_dense_logits(weights, tolerance):
+    """The same model in fewer bits: logits within what the format's rounding allows, not another model."""
+    dense, quantized = tiny_packed("llama", torch.bfloat16), tiny_packed("llama", torch.bfloat16, weights=weights)
+    ids = torch.tensor(random_ids(seed=5, n=40))
+    rows = [model.forward(ids, 0, model.new_cache(64), 64).float() for model in (dense, quantized)]
+    spread = rows[0].abs().max()
+    assert 0 < (rows[0] - rows[1]).abs().max() <= tolerance * spread
+
+
+@torch.inference_mode()
+def test_int4_holds_q4_1_weights_exactly():
+    """Weights on Q4_1's grid (an offset and a step per 32 inputs, 16 levels) come back exactly: the
+    bundled GGUF's layers are such weights, so in int4 they are the shipped model's, not a rounding of them."""
+    torch.manual_seed(0)
+    step = 2.0 ** torch.randint(-8, -4, (32, 2, 1)).float()  # powers of two: exact in bf16, as the kernel keeps them
+    offset = torch.randint(-64, 0, (32, 2, 1)).float() * step
+    levels = torch.randint(0, 16, (32, 2, 32)).float()
+    levels[..., 0], levels[..., 1] = 0, 15  # each group spans its whole range, as a Q4_1 quantizer makes it
+    weight = (offset + levels * step).view(32, 64).to(torch.bfloat16)
+    held = int4_weight(weight)(torch.eye(64, dtype=torch.bfloat16))  # (inputs, outputs): the weights read back
+    assert torch.equal(held.t(), weight)
+
+
+def test_int_formats_are_refused_where_their_kernels_cannot_run():
+    assert "bfloat16 activations" in format_refusal("int4", torch.float32, torch.device("cpu"))
+    assert "CPU only" in format_refusal("int8", torch.bfloat16, torch.device("cuda"))
+    assert format_refusal("int4", torch.bfloat16, torch.device("cpu")) is None
+    assert "not 'int3'" in format_refusal("int3", torch.bfloat16, torch.device("cpu"))
+    with pytest.raises(ValueError, match="int4 wants inputs in 32s"):
+        int4_weight(torch.zeros(32, 48, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="cannot pack this model.*bfloat16 activations"):
+        tiny_packed("llama", torch.float32, weights="int8")
 
 
 def test_sliding_window_rolls_back_on_the_packed_forward():
@@ -135,11 +193,13 @@ def widths_measured_as(seconds: dict[int, float], calls: list[int]):
 @pytest.mark.parametrize(
     ("seconds", "chosen"),
     [
-        pytest.param({1: 1.0, 4: 1.0, 8: 1.0, 16: 1.0}, 16, id="all-flat-widest"),
-        pytest.param({1: 1.0, 4: 1.05, 8: FLAT_TOLERANCE, 16: FLAT_TOLERANCE * 1.01}, 8, id="bound-is-inclusive"),
-        pytest.param({1: 1.0, 4: 1.06, 8: 1.2, 16: 1.38}, 4, id="measured-epyc-bf16"),
-        pytest.param({1: 1.0, 4: 1.5, 8: 2.0, 16: 3.0}, 4, id="none-flat-narrowest"),
-        pytest.param({1: 2.0, 4: 2.1, 8: 2.15, 16: 2.3}, 8, id="relative-to-one-token"),
+        pytest.param({1: 1.0, 2: 1.0, 4: 1.0, 8: 1.0, 16: 1.0}, 16, id="all-flat-widest"),
+        pytest.param({1: 1.0, 2: 1.0, 4: 1.05, 8: FLAT_TOLERANCE, 16: FLAT_TOLERANCE * 1.01}, 8,
+                     id="bound-is-inclusive"),
+        pytest.param({1: 1.0, 2: 1.03, 4: 1.06, 8: 1.2, 16: 1.38}, 8, id="measured-epyc-bf16"),
+        pytest.param({1: 1.0, 2: 1.18, 4: 1.46, 8: 2.34, 16: 4.0}, 2, id="measured-xeon-int4"),
+        pytest.param({1: 1.0, 2: 1.5, 4: 2.0, 8: 3.0, 16: 5.0}, 2, id="none-flat-narrowest"),
+        pytest.param({1: 2.0, 2: 2.1, 4: 2.2, 8: 2.35, 16: 2.6}, 8, id="relative-to-one-token"),
     ],
 )
 def test_the_chosen_step_width_is_the_widest_within_the_flat_bound(monkeypatch, seconds, chosen):
@@ -179,3 +239,29 @@ def test_the_step_width_is_measured_once_per_machine_and_kept(tmp_path, monkeypa
     # An "auto" engine on the same model reads the kept width too (other settings: tests/decoding/test_engine.py).
     engine = build_engine(model.source, None, "tiny", AUTO, choose_width=lambda m: choose_step_width(m, curves))
     assert engine.step_width == stored[key]
+
+
+def test_the_chosen_weight_format_is_the_one_whose_chosen_step_costs_least(monkeypatch):
+    """choose_weights on constructed costs, by format: each format at its own widest flat width, then the
+    cheapest of those steps. The costs are the Intel Xeon's without AMX (docs/benchmark), so int4 at W=2 wins
+    over dense at W=4 although int4's own curve is steeper."""
+    seconds = {
+        "dense": {1: 24.6, 2: 26.5, 4: 29.2, 8: 38.0, 16: 60.0},
+        "int8": {1: 17.7, 2: 19.7, 4: 22.9, 8: 39.1, 16: 70.0},
+        "int4": {1: 12.8, 2: 15.1, 4: 18.7, 8: 30.1, 16: 55.0},
+    }
+    widths = {}
+
+    def measure(model, *, steps: StepConfig, **options) -> CostCurve:
+        widths.setdefault(model.weights, set()).add(steps.width)
+        return CostCurve((steps.width,), (seconds[model.weights][steps.width],), step_width=steps.width)
+
+    monkeypatch.setattr(cost_model, "measure_cost_curve", measure)
+    model = make_tiny_model("llama", torch.bfloat16)
+    assert choose_weights(model) == "int4"
+    assert set(widths) == {"dense", "int8", "int4"}
+    seconds["int4"] = {w: 3 * s for w, s in seconds["int4"].items()}
+    assert choose_weights(model) == "int8"  # int8 at W=2 (19.7) now beats int4 at W=2 (45.3) and dense at W=4
+    seconds["int8"] = {w: 3 * s for w, s in seconds["int8"].items()}
+    assert choose_weights(model) == "dense"
+    assert choose_weights(make_tiny_model("llama", torch.float32)) == "dense"  # nothing else runs in float32

@@ -1,0 +1,121 @@
+"""Weight formats of the packed forward: how many bytes a decode step reads.
+
+A decode step on a CPU reads every weight once, so its cost is mostly the model's bytes over the memory
+bandwidth the step gets. "dense" keeps the model's own dtype (bf16: 2 bytes a weight), laid out once for
+oneDNN. "int8" keeps one signed byte a weight and a scale per output channel; "int4" half a byte and a scale
+and an offset per 32 inputs, which is the bundled GGUF's own Q4_1 layout, so its weights come back exactly
+(measured: zero error in fp32). Both run PyTorch's weight-only kernels (the ones gpt-fast and torchao use),
+which widen the weights to bf16 in registers, so activations stay bf16.
+
+Every format computes a row from that row and the weights alone: the same row gives the same bits whichever
+other rows share the product (measured per model at start, decoding/batch_probe.py, and by the invariance
+tests), which is what keeps LLMA identical to greedy in the same format.
+"""
+
+from dataclasses import dataclass
+
+import torch
+
+WEIGHT_FORMATS = ("dense", "int8", "int4")
+INT4_GROUP = 32  # inputs sharing one scale and offset: Q4_1's block, so the bundled model's weights are exact
+INT4_ROWS = 16  # the int4 kernel packs output channels in sixteens
+
+
+@dataclass(frozen=True)
+class DenseWeight:
+    """The weight in the model's dtype; on a CPU prepacked for oneDNN, reordered once instead of every call."""
+
+    weight: torch.Tensor
+    onednn: bool
+
+    def __call__(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        if self.onednn:
+            return torch.ops.mkldnn._linear_pointwise(x, self.weight, bias, "none", [None], "")
+        return torch.nn.functional.linear(x, self.weight, bias)
+
+
+@dataclass(frozen=True)
+class Int8Weight:
+    """int8 weights (N, K) with a scale per output channel: w = q * scale."""
+
+    q: torch.Tensor
+    scales: torch.Tensor  # (N,), in the activations' dtype
+
+    def __call__(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        y = torch.ops.aten._weight_int8pack_mm(x, self.q, self.scales)
+        return y if bias is None else y + bias
+
+
+@dataclass(frozen=True)
+class Int4Weight:
+    """4-bit weights packed for the CPU kernel, a scale and an offset per INT4_GROUP inputs: w = (q - 8) * d + z."""
+
+    packed: torch.Tensor
+    scales_and_zeros: torch.Tensor  # (K / group, N, 2), in the activations' dtype
+
+    def __call__(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        y = torch.ops.aten._weight_int4pack_mm_for_cpu(x, self.packed, INT4_GROUP, self.scales_and_zeros)
+        return y if bias is None else y + bias
+
+
+Weight = DenseWeight | Int8Weight | Int4Weight
+
+
+def format_refusal(weights: str, dtype: torch.dtype, device: torch.device) -> str | None:
+    """Why the packed forward cannot hold its weights in `weights` for this model, or None when it can."""
+    if weights not in WEIGHT_FORMATS:
+        return f"weights must be one of {', '.join(WEIGHT_FORMATS)}, not {weights!r}"
+    if weights == "dense":
+        return None
+    if device.type != "cpu":
+        return f"{weights} weights run on the CPU only"
+    if dtype != torch.bfloat16:
+        return f"{weights} weights need bfloat16 activations (their kernels are slow in float32)"
+    return None
+
+
+def int4_refusal(weight: torch.Tensor) -> str | None:
+    """Why one (N, K) weight cannot be held in int4, or None."""
+    n, k = weight.shape
+    if k % INT4_GROUP or n % INT4_ROWS:
+        return f"a {n}x{k} weight (int4 wants inputs in {INT4_GROUP}s and outputs in {INT4_ROWS}s)"
+    return None
+
+
+def pack_weight(weight: torch.Tensor, weights: str, onednn: bool, width_hint: int) -> Weight:
+    """`weight` (N, K) in the format `weights`; the model's dtype is the activations' dtype."""
+    weight = weight.detach().contiguous()
+    if weights == "int8":
+        return int8_weight(weight)
+    if weights == "int4":
+        return int4_weight(weight)
+    if onednn:
+        return DenseWeight(torch.ops.mkldnn._reorder_linear_weight(weight, width_hint), True)
+    return DenseWeight(weight, False)
+
+
+def int8_weight(weight: torch.Tensor) -> Int8Weight:
+    """Symmetric int8 per output channel, scaled so the channel's largest weight is 127."""
+    w = weight.float()
+    scales = (w.abs().amax(1) / 127).clamp(min=torch.finfo(torch.float32).tiny)
+    q = torch.round(w / scales[:, None]).clamp(-127, 127).to(torch.int8)
+    return Int8Weight(q, scales.to(weight.dtype))
+
+
+def int4_weight(weight: torch.Tensor) -> Int4Weight:
+    """Asymmetric int4 per group of INT4_GROUP inputs: the group's minimum is level 0, its maximum level 15.
+
+    Q4_1 stores exactly such groups (an offset at the minimum and a step of (max - min) / 15), so weights read
+    from a Q4_1 file land on their own levels again."""
+    refusal = int4_refusal(weight)
+    if refusal is not None:
+        raise ValueError(f"cannot hold {refusal} in int4")
+    n, k = weight.shape
+    groups = weight.float().view(n, k // INT4_GROUP, INT4_GROUP)
+    low, high = groups.amin(-1), groups.amax(-1)
+    step = ((high - low) / 15).clamp(min=torch.finfo(torch.float32).tiny)  # (N, K / group)
+    q = torch.round((groups - low[..., None]) / step[..., None]).clamp(0, 15).to(torch.int32).view(n, k)
+    packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1)
+    # The kernel computes (q - 8) * d + z, so the offset z sits at level 8.
+    scales_and_zeros = torch.stack([step.t(), (low + 8 * step).t()], -1).to(weight.dtype).contiguous()
+    return Int4Weight(packed, scales_and_zeros)
