@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from bench.markdown import fmt, table, write_side_run
-from bench.workloads import load_questions
+from data import load_questions
 from decoding import StepConfig, build_engine, greedy_generate, load_model, measure_cost_curve, pick_dtype
 from decoding.cost_model import weight_formats
 from decoding.model_loading import DEFAULT_MODEL_DIR, bundled_gguf_path
@@ -61,7 +61,9 @@ def run_format(model, tokenizer, weights: str, prompts: list[list[int]], max_new
     for prompt in prompts:
         steps = engine.steps(len(prompt), max_new_tokens)
         tokens.append(greedy_generate(engine.model, prompt, max_new_tokens, eos, steps=steps).tokens)
-    return Replies(weights, tokens, time.perf_counter() - start, step_ms, engine.step_width)
+    replies = Replies(weights, tokens, time.perf_counter() - start, step_ms, engine.step_width)
+    print(f"{weights}: width {engine.step_width}, {replies.tokens_per_s:.1f} tok/s", flush=True)
+    return replies
 
 
 @torch.inference_mode()
