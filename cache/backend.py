@@ -10,6 +10,7 @@ from sqlalchemy.orm import sessionmaker
 
 from cache.article_vectors import ArticleVectors
 from cache.index_sync import IndexSync
+from cache.lexical import LexicalIndex
 from cache.vectors import Embedding
 
 
@@ -23,6 +24,7 @@ class Backend:
     embedding: Embedding
     index: IndexSync
     articles: ArticleVectors
+    lexical: LexicalIndex
     max_entries: int
 
     def catch_up(self) -> None:
