@@ -15,6 +15,7 @@ from tqdm import tqdm
 from bench.methods import Decoder
 from bench.results import GROUNDED_WORKLOADS, Reference
 from cache import AnswerCache, Embedder, Hit, NewAnswer
+from chatbot.grounding import within_token_budget
 from chatbot.prompt import (
     DEFAULT_SYSTEM_PROMPT,
     ApprovedAnswer,
@@ -25,7 +26,6 @@ from chatbot.prompt import (
     prompt_hash,
 )
 from chatbot.settings import ChatSettings
-from chatbot.turn import within_token_budget
 from data import Question, StaffAnswer, group_questions
 
 WORKLOADS = ("cache_assisted", "rag", "repeat", "followup", "novel", *GROUNDED_WORKLOADS)

@@ -66,7 +66,8 @@ class Entries:
         first, with no threshold (the caller compares the best with its runner-up). Only approved entries
         have a lexical part (cache/lexical.py)."""
         pool = self.lookup(question, max(k, MATCH_POOL), -1.0, model_id, (), reviews)
-        lexical_scores = self._backend.lexical.scores(question, self._backend.index.seen_seq)
+        # Without a lexical part no BM25 index is built at all.
+        lexical_scores = self._backend.lexical.scores(question, self._backend.index.seen_seq) if lexical_weight else {}
         missing = [entry_id for entry_id in lexical_scores if entry_id not in {hit.id for hit in pool}]
         pool += self._hits_for(missing, self._backend.embedding.question(question), -1.0, model_id, reviews)
         fused = [_fuse(hit, lexical_scores.get(hit.id, 0.0), lexical_weight) for hit in pool]
