@@ -32,6 +32,7 @@ from decoding.model_loading import DEFAULT_MODEL_DIR
 
 MODEL_ID = "bench-retrieval"
 WEIGHTS = (0.0, 0.1, 0.2, 0.3, 0.5)
+FUSIONS = tuple((answers, weight) for answers in (False, True) for weight in WEIGHTS)  # (match answers?, BM25 weight)
 THRESHOLDS = tuple(round(0.30 + 0.025 * i, 3) for i in range(37))  # 0.30 .. 1.20
 MARGINS = (0.0, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2)
 TARGET_PRECISION, TARGET_NOVEL = 0.95, 0.05
@@ -63,6 +64,7 @@ class Score:
 
 @dataclass(frozen=True)
 class Tuned:
+    answers: bool  # approved answers' own vectors matched too
     weight: float
     threshold: float
     margin: float
@@ -100,14 +102,14 @@ def asked_and_aliases(aliases: int, covered: set[str]) -> tuple[list[Question], 
 
 
 def probe_all(cache: AnswerCache, asked: list[Question], covered: set[str], article_threshold: float) -> dict:
-    """Per lexical weight, a Probe for each asked wording."""
-    probes: dict[float, list[Probe]] = {weight: [] for weight in WEIGHTS}
+    """Per fusion (answers matched or not, lexical weight), a Probe for each asked wording."""
+    probes: dict[tuple[bool, float], list[Probe]] = {fusion: [] for fusion in FUSIONS}
     for q in asked:
         article = cache.best_article(q.question, threshold=article_threshold)
         text = f"{article.title}\n\n{article.body}" if article else None
-        for weight in WEIGHTS:
-            matches = cache.match(q.question, k=2, model_id=MODEL_ID, lexical_weight=weight)
-            probes[weight].append(Probe(q.group, q.question, q.group in covered, half_of(q.group),
+        for answers, weight in FUSIONS:
+            matches = cache.match(q.question, k=2, model_id=MODEL_ID, lexical_weight=weight, match_answers=answers)
+            probes[answers, weight].append(Probe(q.group, q.question, q.group in covered, half_of(q.group),
                                         article.id if article else None, text, matches,
                                         article.score if article else 0.0))
     return probes
@@ -138,19 +140,19 @@ def decide(probe: Probe, policy: GroundingPolicy | None) -> Hit | None:
 
 
 def tune(probes: dict, groups: dict[int, str]) -> Tuned:
-    """The weight, threshold and margin with the most tuning-half coverage that meet the targets there."""
+    """The fusion, threshold and margin with the most tuning-half coverage that meet the targets there."""
     best = None
-    for weight in WEIGHTS:
+    for (answers, weight), probed in probes.items():
         for threshold in THRESHOLDS:
             for margin in MARGINS:
                 policy = GroundingPolicy(threshold, margin)
-                tuned = score(probes[weight], groups, policy, "tune")
+                tuned = score(probed, groups, policy, "tune")
                 if tuned.precision < TARGET_PRECISION or tuned.novel_grounded > TARGET_NOVEL:
                     continue
                 key = (tuned.coverage, tuned.precision, -tuned.novel_grounded, threshold, margin)
                 if best is None or key > best[0]:
-                    best = (key, Tuned(weight, threshold, margin, tuned, score(probes[weight], groups, policy,
-                                                                                 "held-out")))
+                    held_out = score(probed, groups, policy, "held-out")
+                    best = (key, Tuned(answers, weight, threshold, margin, tuned, held_out))
     if best is None:
         raise RuntimeError("no setting met the targets on the tuning half")
     return best[1]
@@ -166,7 +168,7 @@ def report(runs: dict[int, Tuned], baselines: dict[int, dict[str, Score]], curve
               "questions (covered / uncovered)"]
     rows = []
     for aliases, tuned in runs.items():
-        rule = f"hybrid w={tuned.weight}, threshold {tuned.threshold}, margin {tuned.margin}"
+        rule = f"{_fusion(tuned.answers, tuned.weight)}, threshold {tuned.threshold}, margin {tuned.margin}"
         for half, measured in (("tune", tuned.tune), ("held-out", tuned.held_out)):
             rows.append([str(aliases), rule, half, *_cells(measured)])
         for rule, measured in baselines[aliases].items():
@@ -175,10 +177,14 @@ def report(runs: dict[int, Tuned], baselines: dict[int, dict[str, Score]], curve
     for aliases, points in curves.items():
         tuned = runs[aliases]
         body.append(f"### Held-out curve over the threshold ({aliases} confirmed wordings per group, "
-                    f"w={tuned.weight}, margin {tuned.margin})")
+                    f"{_fusion(tuned.answers, tuned.weight)}, margin {tuned.margin})")
         body.append(table(["threshold", "coverage", "precision", "novel grounded"],
                           [[str(t), *_cells(s)[:3]] for t, s in points if 0.4 <= t <= 1.0]))
     return "\n\n".join(body)
+
+
+def _fusion(answers: bool, weight: float) -> str:
+    return f"{'question and answer' if answers else 'question'} cosine + {weight} x BM25"
 
 
 def _cells(measured: Score) -> list[str]:
@@ -199,11 +205,12 @@ def measure(aliases: int, embedder: Embedder, app: ChatSettings) -> tuple[Tuned,
     tuned = tune(probes, groups)
     shipped = GroundingPolicy(app.grounding_threshold, app.grounding_margin)
     others = {
-        f"before: cosine >= {BEFORE_THRESHOLD}, no check": score(probes[0.0], groups, None, "held-out"),
-        f"the app's defaults: w={app.lexical_weight}, threshold {app.grounding_threshold}, margin "
-        f"{app.grounding_margin}": score(probes[app.lexical_weight], groups, shipped, "held-out"),
+        f"before: cosine >= {BEFORE_THRESHOLD}, no check": score(probes[False, 0.0], groups, None, "held-out"),
+        f"the app's defaults: {_fusion(app.match_answers, app.lexical_weight)}, threshold "
+        f"{app.grounding_threshold}, margin {app.grounding_margin}":
+            score(probes[app.match_answers, app.lexical_weight], groups, shipped, "held-out"),
     }
-    return tuned, others, curve(probes[tuned.weight], groups, tuned.margin, "held-out")
+    return tuned, others, curve(probes[tuned.answers, tuned.weight], groups, tuned.margin, "held-out")
 
 
 def main(argv: list[str] | None = None) -> None:

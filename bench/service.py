@@ -26,11 +26,13 @@ from bench.retrieval import half_of
 from bench.retrieval import measure as measure_retrieval
 from bench.workloads import round_robin
 from cache import Embedder
-from chatbot import ChatService, ChatSettings, Seed
+from chatbot import ChatService, ChatSettings, Seed, Verification
 from chatbot.prompt import LAYOUTS
 from chatbot.service import open_cache
 from data import Question, group_questions, load_questions, load_staff_answers
 from decoding import greedy_generate
+
+OWN_NOTE = "; the model's own grounded first replies approved in place of the staff-written answers"
 
 
 @dataclass(frozen=True)
@@ -68,11 +70,14 @@ def plain_greedy(service: ChatService, question: str) -> tuple[float, int]:
     return time.perf_counter() - start, len(result.tokens)
 
 
-def serve(service: ChatService, q: Question, covered: bool, group_of_entry: dict[int, str]) -> Served:
+def serve(
+    service: ChatService, q: Question, covered: bool, group_of_entry: dict[int, str], baselines: bool
+) -> Served:
+    """Ask `q` through the chat turn; with `baselines`, Verify it and decode plain greedy beside it."""
     reply = service.ask(q.question)
-    check = service.verify(reply.id)
+    check = service.verify(reply.id) if baselines else Verification(reply.id, True, 0.0, reply.stats.seconds, 0.0)
     grounded = [group_of_entry.get(use.id, "?") for use in reply.stats.grounding]
-    plain_seconds, plain_tokens = plain_greedy(service, q.question)
+    plain_seconds, plain_tokens = plain_greedy(service, q.question) if baselines else (0.0, 0)
     served = Served(q.group, q.question, covered, grounded[0] if grounded else None, reply.stats.tokens,
                     reply.stats.copied_share, check.reply_seconds, check.greedy_seconds, check.identical,
                     plain_seconds, plain_tokens)
@@ -81,7 +86,14 @@ def serve(service: ChatService, q: Question, covered: bool, group_of_entry: dict
     return served
 
 
-def summary(served: list[Served]) -> str:
+def approve_own_reply(service: ChatService, entry_id: int, reply_id: int) -> None:
+    """Staff store the model's grounded reply as the approved entry's answer after review, as an edit does."""
+    stored = service.cache.get_reply(reply_id)
+    service.cache.update_entry(entry_id, answer=stored.answer, answer_ids=stored.token_ids, review="approved")
+
+
+def summary(served: list[Served], timed: bool) -> str:
+    """The issue's measures; without `timed` (--copy-only) the ones that need Verify and plain greedy are left out."""
     covered = [s for s in served if s.covered]
     grounded = [s for s in covered if s.grounded_group]
     novel = [s for s in served if not s.covered]
@@ -100,7 +112,7 @@ def summary(served: list[Served]) -> str:
          fmt(ratio([s.plain_greedy_seconds for s in served], [s.seconds for s in served]), ".2f", "x")],
         ["identical to greedy on its own prompt", _share(sum(s.identical for s in served), len(served))],
     ]
-    return table(["measure", "value"], rows)
+    return table(["measure", "value"], rows if timed else rows[:5])
 
 
 def _share(count: int, total: int) -> str:
@@ -121,6 +133,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--half", choices=("held-out", "tune"), default="held-out")
     parser.add_argument("--layout", choices=LAYOUTS, default=ChatSettings.prompt_layout,
                         help="where the approved answer sits in the prompt (CHATBOT_PROMPT_LAYOUT)")
+    parser.add_argument("--approve-own", action="store_true",
+                        help="staff approve the model's own grounded reply to each first wording in place of the "
+                             "staff-written answer (their facts, the model's phrasing)")
+    parser.add_argument("--copy-only", action="store_true",
+                        help="no Verify and no plain greedy: coverage and copied share only (token counts, not times)")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     parser.add_argument("--out", type=Path, default=Path("results/service"))
     args = parser.parse_args(argv)
@@ -140,13 +157,18 @@ def main(argv: list[str] | None = None) -> None:
         group_of_entry = {entry.id: by_question.get(entry.question, "?") for entry in approved}
         firsts = {q.group: group_questions(load_questions())[q.group][0] for q in reworded}
         for first in firsts.values():  # "the groups' first wordings answered", as customers asked them
-            service.ask(first.question)
-        served = [serve(service, q, True, group_of_entry) for q in reworded]
-        served += [serve(service, q, False, group_of_entry) for q in novel]
+            reply = service.ask(first.question)
+            if args.approve_own and reply.stats.grounding:
+                approve_own_reply(service, reply.stats.grounding[0].id, reply.id)
+        baselines = not args.copy_only
+        served = [serve(service, q, True, group_of_entry, baselines) for q in reworded]
+        served += [serve(service, q, False, group_of_entry, baselines) for q in novel]
         cache.close()
     _, _, points = measure_retrieval(0, Embedder.load(), settings)
-    body = (f"{summary(served)}\n\nReplies of at most {args.max_new_tokens} tokens; {len(firsts)} first wordings "
-            f"answered first; the {args.half} half of the groups; approved answers placed as `{args.layout}`."
+    body = (f"{summary(served, not args.copy_only)}\n\nReplies of at most {args.max_new_tokens} tokens; "
+            f"{len(firsts)} first wordings answered first; the {args.half} half of the groups; approved answers "
+            f"placed as `{args.layout}`"
+            f"{OWN_NOTE if args.approve_own else ''}{'; times not measured (--copy-only)' if args.copy_only else ''}."
             f"\n\n### Retrieval alone over the threshold (all held-out rewordings, no confirmed wordings, no "
             f"decoding)\n\n{curve_table(points)}")
     print(write_side_run(args.out, "The service workload", engine.describe(), body, "report.md", "served.json",

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from sqlalchemy import Engine
 from sqlalchemy.orm import sessionmaker
 
+from cache.answer_vectors import AnswerVectors
 from cache.article_vectors import ArticleVectors
 from cache.index_sync import IndexSync
 from cache.lexical import LexicalIndex
@@ -25,6 +26,7 @@ class Backend:
     index: IndexSync
     articles: ArticleVectors
     lexical: LexicalIndex
+    answers: AnswerVectors  # approved answers' vectors, for a match that also compares the answer
     max_entries: int
 
     def catch_up(self) -> None:

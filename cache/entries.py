@@ -60,17 +60,24 @@ class Entries:
             want *= 2  # some candidates were filtered out: look further down the ranking
 
     def match(
-        self, question: str, k: int, model_id: str | None, reviews: Sequence[str], lexical_weight: float
+        self, question: str, k: int, model_id: str | None, reviews: Sequence[str], lexical_weight: float,
+        match_answers: bool,
     ) -> list[Hit]:
-        """The `k` best entries by a fused score: best-wording cosine + lexical_weight x squashed BM25, best
-        first, with no threshold (the caller compares the best with its runner-up). Only approved entries
-        have a lexical part (cache/lexical.py)."""
+        """The `k` best entries by a fused score: best-wording cosine (or the answer's, where higher, with
+        `match_answers`) + lexical_weight x squashed BM25, best first, with no threshold (the caller compares
+        the best with its runner-up). Only approved entries have answer vectors and a lexical part."""
+        query = self._backend.embedding.question(question)  # (dim,)
         pool = self.lookup(question, max(k, MATCH_POOL), -1.0, model_id, (), reviews)
-        # Without a lexical part no BM25 index is built at all.
-        lexical_scores = self._backend.lexical.scores(question, self._backend.index.seen_seq) if lexical_weight else {}
-        missing = [entry_id for entry_id in lexical_scores if entry_id not in {hit.id for hit in pool}]
-        pool += self._hits_for(missing, self._backend.embedding.question(question), -1.0, model_id, reviews)
-        fused = [_fuse(hit, lexical_scores.get(hit.id, 0.0), lexical_weight) for hit in pool]
+        seq = self._backend.index.seen_seq  # lookup caught up first
+        # With a weight of 0 no BM25 index is built at all, and without match_answers no answer is embedded.
+        lexical_scores = self._backend.lexical.scores(question, seq) if lexical_weight else {}
+        answer_scores = self._backend.answers.scores(query, seq) if match_answers else {}
+        near_answers = sorted(answer_scores, key=lambda i: -answer_scores[i])[:MATCH_POOL]
+        have = {hit.id for hit in pool}
+        missing = list(dict.fromkeys(i for i in [*lexical_scores, *near_answers] if i not in have))
+        pool += self._hits_for(missing, query, -1.0, model_id, reviews)
+        fused = [_fuse(hit, answer_scores.get(hit.id), lexical_scores.get(hit.id, 0.0), lexical_weight)
+                 for hit in pool]
         return sorted(fused, key=lambda hit: (-hit.score, hit.id))[:k]
 
     def mark_used(self, ids: Iterable[int]) -> None:
@@ -142,8 +149,12 @@ def _best_wording_hit(entry: Entry, wordings: list[tuple[str, bytes]], query: np
     )
 
 
-def _fuse(hit: Hit, bm25: float, weight: float) -> Hit:
-    return replace(hit, score=hit.score + weight * lexical.normalized(bm25), dense=hit.score, lexical=bm25)
+def _fuse(hit: Hit, answer_cosine: float | None, bm25: float, weight: float) -> Hit:
+    """The hit scored by its best wording or its answer, plus the weighted lexical part."""
+    dense, wording = hit.score, hit.wording
+    if answer_cosine is not None and answer_cosine > dense:
+        dense, wording = answer_cosine, "(its answer)"
+    return replace(hit, score=dense + weight * lexical.normalized(bm25), dense=dense, lexical=bm25, wording=wording)
 
 
 def find_row(

@@ -17,6 +17,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import sessionmaker
 
 from cache import deployment
+from cache.answer_vectors import AnswerVectors
 from cache.article_vectors import ArticleVectors
 from cache.articles import Articles
 from cache.backend import Backend
@@ -55,16 +56,18 @@ class AnswerCache:
 
     def __init__(self, engine: Engine, embed: Embed, dim: int, index_path: Path, max_entries: int) -> None:
         sessions = sessionmaker(engine, expire_on_commit=False)
+        embedding = Embedding(embed, dim)
         self.dim = dim
         self.max_entries = max_entries
         self._backend = Backend(
             engine=engine,
             sessions=sessions,
             lock=threading.RLock(),
-            embedding=Embedding(embed, dim),
+            embedding=embedding,
             index=IndexSync(sessions, dim, index_path),
             articles=ArticleVectors(sessions, dim),
             lexical=LexicalIndex(sessions),
+            answers=AnswerVectors(sessions, embedding),
             max_entries=max_entries,
         )
         self._entries = Entries(self._backend)
@@ -136,10 +139,12 @@ class AnswerCache:
         model_id: str | None = None,
         reviews: Sequence[str] = ("approved",),
         lexical_weight: float = 0.0,
+        match_answers: bool = False,
     ) -> list[Hit]:
-        """The `k` best entries in those review states by a hybrid score (best-wording cosine plus
-        `lexical_weight` x squashed BM25 for approved entries), best first, whatever the score."""
-        return self._entries.match(question, k, model_id, reviews, lexical_weight)
+        """The `k` best entries in those review states by a hybrid score (best-wording cosine, or with
+        `match_answers` the answer's cosine where higher, plus `lexical_weight` x squashed BM25; both only for
+        approved entries), best first, whatever the score."""
+        return self._entries.match(question, k, model_id, reviews, lexical_weight, match_answers)
 
     def mark_used(self, ids: Iterable[int]) -> None:
         """Count that these entries were served as decoding references."""

@@ -2,7 +2,8 @@
 
 A wrong approved answer in the prompt misleads the reply, so the best match grounds only when the evidence
 agrees: its score clears the threshold, and either it was answered with the help article chosen for this
-question or it beats the runner-up entry by a margin. Otherwise it is a reference only, which changes
+question (and the runner-up was not: siblings of one article are told apart by the margin alone) or it beats
+the runner-up entry by a margin. Otherwise it is a reference only, which changes
 speed and never the reply. An answer the chosen article already holds word for word is a reference only
 too: in the prompt it would only lengthen it (LLMA copies it from the article all the same).
 """
@@ -28,7 +29,9 @@ class GroundingChoice:
 
     grounding: list[Hit] = field(default_factory=list)  # into the prompt
     references: list[Hit] = field(default_factory=list)  # agreeing approved answers kept out of the prompt
-    reason: str = "no match"  # why: "article agrees", "margin", "disagrees", "below threshold", "in article"
+    # why: "article agrees", "margin", "disagrees", "ambiguous" (a sibling of the same article too close),
+    # "below threshold", "in article"
+    reason: str = "no match"
 
     @property
     def matched(self) -> list[Hit]:
@@ -45,15 +48,23 @@ def choose_grounding(
     best = matches[0]
     if best.score < policy.threshold:
         return GroundingChoice(reason="below threshold")
-    runner_up = matches[1].score if len(matches) > 1 else -1.0
-    agrees = article_id is not None and article_id in best.article_ids
-    if not agrees and best.score - runner_up < policy.margin:
-        return GroundingChoice(reason="disagrees")
+    runner_up = matches[1] if len(matches) > 1 else None
+    agrees = _answered_from(best, article_id)
+    # Two answers written from the chosen article (a sibling topic: "reset link missing" beside "reset my
+    # password") make the article no evidence for either: then only the margin decides.
+    sibling = runner_up is not None and agrees and _answered_from(runner_up, article_id)
+    beats = best.score - (runner_up.score if runner_up else -1.0) >= policy.margin
+    if not beats and (sibling or not agrees):
+        return GroundingChoice(reason="ambiguous" if sibling else "disagrees")
     accepted = [best, *(hit for hit in matches[1:] if _also_grounds(hit, article_id, policy))][: policy.answers]
     inside = [hit for hit in accepted if article_text and contains(article_text, hit.answer)]
     rest = within_token_budget([hit for hit in accepted if hit not in inside], policy.token_budget)
-    reason = "in article" if inside and not rest else ("article agrees" if agrees else "margin")
+    reason = "in article" if inside and not rest else ("article agrees" if agrees and not sibling else "margin")
     return GroundingChoice(grounding=rest, references=inside, reason=reason)
+
+
+def _answered_from(hit: Hit, article_id: str | None) -> bool:
+    return article_id is not None and article_id in hit.article_ids
 
 
 def _also_grounds(hit: Hit, article_id: str | None, policy: GroundingPolicy) -> bool:

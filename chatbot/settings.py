@@ -31,11 +31,13 @@ class ChatSettings:
     # The best approved match grounds when its fused score (best-wording cosine + lexical_weight x squashed
     # BM25) reaches grounding_threshold and its article is the chosen one or it beats the runner-up by
     # grounding_margin (chatbot/grounding.py); chosen on the tuning half of the shipped groups (bench/retrieval.py).
-    # Measured there on a fresh install: threshold 0.325, margin 0.2 and no lexical part ground 62% of held-out
-    # rewordings, 92% of them right, against 36% and 89% for cosine >= 0.6 alone (docs/retrieval/report.md).
+    # Measured there on a fresh install: the best of question and answer cosine, threshold 0.325, margin 0.075
+    # ground 72% of held-out rewordings, 93% of them right, against 36% and 89% for the question's cosine >= 0.6
+    # alone (docs/retrieval/report.md).
     grounding_threshold: float = 0.325
-    grounding_margin: float = 0.2
+    grounding_margin: float = 0.075
     lexical_weight: float = 0.0  # BM25 measured no gain there with MiniLM; raise it for rare product terms
+    match_answers: bool = True  # an approved entry also scores by its answer's cosine where that is higher
     grounding_answers: int = 1
     grounding_token_budget: int = 384  # answer tokens the grounding may add to the prompt
     prompt_layout: str = "turn"  # where approved answers sit: as an earlier exchange, or in the system message

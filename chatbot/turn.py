@@ -122,7 +122,7 @@ class TurnPlanner:
             return GroundingChoice()
         matches = self.cache.match(
             question, k=self.settings.grounding_answers + 1, model_id=self.engine.model_id, reviews=reviews,
-            lexical_weight=self.settings.lexical_weight,
+            lexical_weight=self.settings.lexical_weight, match_answers=self.settings.match_answers,
         )
         article_id, article_text = (article.id, article.text) if article else (None, None)
         return choose_grounding(matches, article_id, article_text, grounding_policy(self.settings))

@@ -97,3 +97,16 @@ def test_the_hybrid_match_adds_bm25_for_approved_entries_only(cache):
     assert {hit.id: hit.lexical > 0 for hit in cache.match("invoice pdf", k=2, lexical_weight=0.5)} == {
         approved: True, candidate: True,
     }
+
+
+def test_matching_answers_scores_an_approved_entry_by_its_answer_where_that_is_closer(cache):
+    sync = "My files do not show up on my other computer"
+    approved = cache.add_answer(answer("Why is my desktop app not syncing?", review="approved",
+                                       text="If your files do not show up on your other computer, pause and resume "
+                                            "sync from the tray icon, then check that both computers are online."))
+    [by_question] = cache.match(sync, k=1)
+    [by_answer] = cache.match(sync, k=1, match_answers=True)
+    assert by_question.id == by_answer.id == approved
+    assert by_answer.score > by_question.score and by_answer.wording == "(its answer)"
+    cache.update_entry(approved, answer="Restart the app.", answer_ids=[4])  # an edit is embedded afresh
+    assert cache.match(sync, k=1, match_answers=True)[0].score < by_answer.score

@@ -16,6 +16,13 @@ def test_the_best_match_grounds_when_its_article_is_the_chosen_one_even_in_a_nea
     assert ([h.id for h in choice.grounding], choice.reason) == ([1], "article agrees")
 
 
+def test_two_answers_from_the_chosen_article_are_told_apart_by_the_margin_alone():
+    siblings = [hit(1, 0.7), hit(2, 0.65)]
+    assert choose_grounding(siblings, "reset-password", ARTICLE, POLICY).reason == "ambiguous"
+    clear = choose_grounding([hit(1, 0.8), hit(2, 0.65)], "reset-password", ARTICLE, POLICY)
+    assert ([h.id for h in clear.grounding], clear.reason) == ([1], "margin")
+
+
 def test_another_article_needs_a_margin_over_the_runner_up():
     near_tie = choose_grounding([hit(1, 0.7, "billing"), hit(2, 0.65)], "reset-password", ARTICLE, POLICY)
     clear = choose_grounding([hit(1, 0.8, "billing"), hit(2, 0.65)], "reset-password", ARTICLE, POLICY)
