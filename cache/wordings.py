@@ -45,7 +45,7 @@ class Wordings:
         with self._backend.lock:
             with self._backend.sessions.begin() as session:
                 seq = changes.begin(session)
-                row = _attach(session, get_or_raise(session, Entry, entry_id), question, vector, status, created_by)
+                row = attach(session, get_or_raise(session, Entry, entry_id), question, vector, status, created_by)
                 changes.record(session, seq, entry_ids=[entry_id] if row is not None else [])
                 added = wording_record(row) if row is not None else None
             if added is not None and status == "confirmed":
@@ -110,10 +110,10 @@ class Wordings:
             self._backend.index.save()
 
 
-def _attach(
+def attach(
     session: Session, entry: Entry, question: str, vector: np.ndarray, status: str, created_by: str
 ) -> Wording | None:
-    """The new (or promoted) wording row, or None when the entry already has this wording."""
+    """The new (or promoted) wording row, or None when the entry already has this wording (used by import too)."""
     normalized = normalize_question(question)
     if normalized == entry.normalized_question:
         return None

@@ -110,3 +110,16 @@ def test_matching_answers_scores_an_approved_entry_by_its_answer_where_that_is_c
     assert by_answer.score > by_question.score and by_answer.wording == "(its answer)"
     cache.update_entry(approved, answer="Restart the app.", answer_ids=[4])  # an edit is embedded afresh
     assert cache.match(sync, k=1, match_answers=True)[0].score < by_answer.score
+
+
+def test_confirmed_wordings_travel_with_an_export_and_suggestions_do_not(open_cache, tmp_path):
+    source = open_cache(tmp_path / "a")
+    entry_id = source.add_answer(answer(PASSWORD, review="approved"))
+    source.add_wording(entry_id, LOCKED_OUT)
+    source.suggest_wording(entry_id, INVOICES)
+    source.export_jsonl(tmp_path / "export.jsonl")
+    target = open_cache(tmp_path / "b")
+    target.import_jsonl(tmp_path / "export.jsonl")
+    [imported] = target.list_entries().entries
+    assert [(w.question, w.status) for w in target.wordings(imported.id)] == [(LOCKED_OUT, "confirmed")]
+    assert entry_ids(target.lookup(LOCKED_OUT, k=1, threshold=0.9)) == [imported.id]
