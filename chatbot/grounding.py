@@ -12,6 +12,10 @@ from dataclasses import dataclass, field
 
 from cache.records import Hit
 
+# A question this close to one of an entry's wordings was asked in words staff confirmed for it: that is
+# evidence enough, even beside a near-duplicate approved entry (which staff should merge).
+EXACT_WORDING = 0.98
+
 
 @dataclass(frozen=True)
 class GroundingPolicy:
@@ -29,8 +33,8 @@ class GroundingChoice:
 
     grounding: list[Hit] = field(default_factory=list)  # into the prompt
     references: list[Hit] = field(default_factory=list)  # agreeing approved answers kept out of the prompt
-    # why: "article agrees", "margin", "disagrees", "ambiguous" (a sibling of the same article too close),
-    # "below threshold", "in article"
+    # why: "article agrees", "margin", "exact wording", "disagrees", "ambiguous" (a sibling of the same
+    # article too close), "below threshold", "in article"
     reason: str = "no match"
 
     @property
@@ -54,13 +58,18 @@ def choose_grounding(
     # password") make the article no evidence for either: then only the margin decides.
     sibling = runner_up is not None and agrees and _answered_from(runner_up, article_id)
     beats = best.score - (runner_up.score if runner_up else -1.0) >= policy.margin
-    if not beats and (sibling or not agrees):
+    exact = (best.dense if best.dense is not None else best.score) >= EXACT_WORDING
+    if not (beats or exact) and (sibling or not agrees):
         return GroundingChoice(reason="ambiguous" if sibling else "disagrees")
     accepted = [best, *(hit for hit in matches[1:] if _also_grounds(hit, article_id, policy))][: policy.answers]
     inside = [hit for hit in accepted if article_text and contains(article_text, hit.answer)]
     rest = within_token_budget([hit for hit in accepted if hit not in inside], policy.token_budget)
-    reason = "in article" if inside and not rest else ("article agrees" if agrees and not sibling else "margin")
+    reason = "in article" if inside and not rest else _why(agrees and not sibling, beats)
     return GroundingChoice(grounding=rest, references=inside, reason=reason)
+
+
+def _why(article_decides: bool, beats: bool) -> str:
+    return "article agrees" if article_decides else ("margin" if beats else "exact wording")
 
 
 def _answered_from(hit: Hit, article_id: str | None) -> bool:

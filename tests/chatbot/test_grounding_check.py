@@ -23,6 +23,12 @@ def test_two_answers_from_the_chosen_article_are_told_apart_by_the_margin_alone(
     assert ([h.id for h in clear.grounding], clear.reason) == ([1], "margin")
 
 
+def test_a_question_asked_in_a_confirmed_wording_grounds_beside_a_near_duplicate():
+    duplicates = [hit(1, 1.0), hit(2, 0.99)]
+    choice = choose_grounding(duplicates, "reset-password", ARTICLE, POLICY)
+    assert ([h.id for h in choice.grounding], choice.reason) == ([1], "exact wording")
+
+
 def test_another_article_needs_a_margin_over_the_runner_up():
     near_tie = choose_grounding([hit(1, 0.7, "billing"), hit(2, 0.65)], "reset-password", ARTICLE, POLICY)
     clear = choose_grounding([hit(1, 0.8, "billing"), hit(2, 0.65)], "reset-password", ARTICLE, POLICY)
