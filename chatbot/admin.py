@@ -156,6 +156,28 @@ class AdminService:
         self.require_role(actor, "agent", "entry_history", entry_id)
         return self.staff_store.audit(AuditFilter(entry_id=entry_id))
 
+    def adopt_reply(self, actor: str, reply_id: int) -> int:
+        """Store a grounded reply's words, after staff reviewed them, as the answer of the approved entry that
+        grounded it (an admin only; audited as an edit): the staff's facts in the model's own phrasing, which
+        later replies copy more of (README: the service workload). Returns the entry id; KeyError for an
+        unknown reply or a deleted entry, InputError for a reply no approved answer grounded."""
+        self.require_role(actor, "admin", "edit")
+        reply = self.cache.get_reply(reply_id)
+        if reply is None:
+            raise KeyError(f"no reply {reply_id}")
+        grounding = reply.stats.get("grounding") or []
+        if not grounding or not reply.token_ids:
+            raise InputError(f"Reply {reply_id} was not grounded by an approved answer.")
+        entry = self.cache.get_entry(int(grounding[0]["id"]))
+        if entry is None:
+            raise KeyError(f"no entry {grounding[0]['id']}")
+        # The reply's own token ids, not a re-tokenization of its text: those are what the model produces.
+        self.cache.update_entry(entry.id, answer=reply.answer, answer_ids=reply.token_ids, review="approved")
+        details = {"before": _texts(entry.question, entry.answer), "after": _texts(entry.question, reply.answer),
+                   "reply_id": reply_id}
+        self.staff_store.record(actor, "edit", entry.id, details=details)
+        return entry.id
+
     # --- wordings of an entry's question, suggestions and merging -------------------------------------
 
     def wordings(self, actor: str, entry_id: int) -> list[WordingRecord]:

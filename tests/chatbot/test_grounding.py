@@ -11,7 +11,7 @@ from argon2 import PasswordHasher
 from transformers import AutoTokenizer
 
 from cache import AnswerCache, Embedder, NewAnswer, StaffStore
-from chatbot import Accounts, AdminService, ChatService, ChatSettings
+from chatbot import Accounts, AdminService, ChatService, ChatSettings, InputError
 from chatbot.seed import Seed
 from data import StaffAnswer
 from decoding import CostCurve, Engine
@@ -192,3 +192,17 @@ def test_a_grounded_question_becomes_a_suggested_wording_that_matches_only_once_
     [hit] = service.cache.lookup(REWORDED, k=1, reviews=("approved",))
     assert (hit.id, hit.wording, hit.score > 0.99) == (approved_id, REWORDED, True)
     assert [row.action for row in admin.entry_history("ada", approved_id)] == ["wording_confirm"]
+
+
+def test_staff_can_approve_a_grounded_replys_own_words_as_its_answer(service, tmp_path):
+    admin = staff_admin(service, tmp_path / "staff")
+    approved_id = service.cache.list_entries(review="approved").entries[0].id
+    grounded = service.ask(REWORDED)
+    assert admin.adopt_reply("ada", grounded.id) == approved_id
+    entry, stored = service.cache.get_entry(approved_id), service.cache.get_reply(grounded.id)
+    assert (entry.answer, entry.answer_ids, entry.review) == (stored.answer, stored.token_ids, "approved")
+    [row] = admin.entry_history("ada", approved_id)
+    assert (row.action, row.details["reply_id"], row.details["before"]["answer"]) == ("edit", grounded.id, APPROVED)
+    ungrounded = service.ask("Which file types can I preview in the browser?")
+    with pytest.raises(InputError):
+        admin.adopt_reply("ada", ungrounded.id)
