@@ -80,6 +80,15 @@ class Entries:
                  for hit in pool]
         return sorted(fused, key=lambda hit: (-hit.score, hit.id))[:k]
 
+    def warm(self, match_answers: bool, lexical: bool) -> None:
+        """Build the answer vectors and the BM25 index now, so the first customer does not wait for them."""
+        self._backend.catch_up()
+        seq = self._backend.index.seen_seq
+        if match_answers:
+            self._backend.answers.scores(np.zeros(self._backend.embedding.dim, dtype=np.float32), seq)
+        if lexical:
+            self._backend.lexical.scores("", seq)
+
     def mark_used(self, ids: Iterable[int]) -> None:
         """Count that these entries were served as decoding references."""
         ids = sorted(set(ids))

@@ -123,3 +123,20 @@ def test_confirmed_wordings_travel_with_an_export_and_suggestions_do_not(open_ca
     [imported] = target.list_entries().entries
     assert [(w.question, w.status) for w in target.wordings(imported.id)] == [(LOCKED_OUT, "confirmed")]
     assert entry_ids(target.lookup(LOCKED_OUT, k=1, threshold=0.9)) == [imported.id]
+
+
+def test_warming_embeds_the_approved_answers_before_the_first_match(open_cache, embedder):
+    calls = []
+
+    def embed(texts: list[str]):
+        calls.append(list(texts))
+        return embedder.embed(texts)
+
+    cache = open_cache(embed=embed)
+    reset = "Use the reset link on the sign-in page."
+    cache.add_answer(answer(PASSWORD, reset, review="approved"))
+    cache.warm_match(match_answers=True, lexical=True)
+    assert [reset] in calls
+    calls.clear()
+    cache.match(PASSWORD, k=1, match_answers=True, lexical_weight=0.5)  # the question's vector is memoized
+    assert calls == []
