@@ -51,6 +51,9 @@ class Settings(BaseSettings):
     use_knowledge_base: bool = ChatSettings.use_knowledge_base
     grounding: Literal["approved", "all", "off"] = ChatSettings.grounding
     grounding_threshold: float = ChatSettings.grounding_threshold
+    grounding_margin: float = ChatSettings.grounding_margin
+    lexical_weight: float = ChatSettings.lexical_weight
+    match_answers: bool = ChatSettings.match_answers
     grounding_answers: int = ChatSettings.grounding_answers
     grounding_token_budget: int = ChatSettings.grounding_token_budget
     repetition: Literal["dry", "off"] = "dry"  # the decoding rule: greedy with DRY and a stop rule, or plain greedy
@@ -92,6 +95,8 @@ class Settings(BaseSettings):
             max_new_tokens=self.max_new_tokens, references_k=self.references_k,
             similarity_threshold=self.similarity_threshold, use_knowledge_base=self.use_knowledge_base,
             grounding=self.grounding, grounding_threshold=self.grounding_threshold,
+            grounding_margin=self.grounding_margin, lexical_weight=self.lexical_weight,
+            match_answers=self.match_answers,
             grounding_answers=self.grounding_answers, grounding_token_budget=self.grounding_token_budget,
             repetition=NAMED_RULES[self.repetition], prompt_layout=self.prompt_layout,
             max_concurrent_replies=self.max_concurrent_replies,

@@ -92,7 +92,7 @@ def grounding_note(records: list[QuestionRecord], grounded_workload: bool) -> st
     grounded = [q for q in records if q.is_grounded()]
     found = sum(bool(q.references[0].retrieved) for q in grounded)
     return (f" Grounded: {len(grounded)}/{len(records)}, each with its own group's approved answer; the chat "
-            f"service's lookup (cosine >= its grounding threshold) would have picked it for {found}/{len(grounded)}.")
+            f"service's match and consistency check would have picked it for {found}/{len(grounded)}.")
 
 
 def retrieval_note(records: list[QuestionRecord]) -> str:
@@ -123,7 +123,7 @@ def grounded_section(results: Results) -> str:
 
 def grounded_intro(grounding: dict) -> str:
     rule = (
-        f"cosine similarity >= {grounding['threshold']}, at most {grounding['answers']} answer(s) within "
+        f"fused score >= {grounding['threshold']}, at most {grounding['answers']} answer(s) within "
         f"{grounding['token_budget']} tokens, " if grounding else ""
     )
     return (

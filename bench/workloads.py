@@ -15,6 +15,7 @@ from tqdm import tqdm
 from bench.methods import Decoder
 from bench.results import GROUNDED_WORKLOADS, Reference
 from cache import AnswerCache, Embedder, Hit, NewAnswer
+from chatbot.grounding import GroundingPolicy, choose_grounding
 from chatbot.prompt import (
     DEFAULT_SYSTEM_PROMPT,
     ApprovedAnswer,
@@ -25,7 +26,6 @@ from chatbot.prompt import (
     prompt_hash,
 )
 from chatbot.settings import ChatSettings
-from chatbot.turn import within_token_budget
 from data import Question, StaffAnswer, group_questions
 
 WORKLOADS = ("cache_assisted", "rag", "repeat", "followup", "novel", *GROUNDED_WORKLOADS)
@@ -58,9 +58,12 @@ class Retrieval:
 class Grounding:
     """Which approved answers go into a prompt: the chat service's defaults, so the bench measures what it serves."""
 
-    threshold: float = ChatSettings.grounding_threshold  # least cosine similarity
+    threshold: float = ChatSettings.grounding_threshold  # least fused score of the best match
     answers: int = ChatSettings.grounding_answers
     token_budget: int = ChatSettings.grounding_token_budget  # answer tokens added to the prompt, at most
+    margin: float = ChatSettings.grounding_margin  # the consistency check (chatbot/grounding.py)
+    lexical_weight: float = ChatSettings.lexical_weight
+    match_answers: bool = ChatSettings.match_answers
 
 
 @dataclass(frozen=True)
@@ -120,11 +123,13 @@ def retrieve(cache: AnswerCache, question: str, retrieval: Retrieval, model_id: 
 
 
 def pick_grounding(cache: AnswerCache, question: str, grounding: Grounding, model_id: str) -> list[Hit]:
-    """The most similar approved answers within the token budget, as the chat service's `_pick_grounding` picks."""
-    candidates = cache.lookup(
-        question, k=grounding.answers, threshold=grounding.threshold, model_id=model_id, reviews=("approved",)
-    )
-    return within_token_budget(candidates, grounding.token_budget)
+    """The approved answers the chat service would accept for `question`: its hybrid match, article and check."""
+    article = cache.best_article(question, threshold=ChatSettings.article_threshold)
+    matches = cache.match(question, k=grounding.answers + 1, model_id=model_id,
+                          lexical_weight=grounding.lexical_weight, match_answers=grounding.match_answers)
+    policy = GroundingPolicy(grounding.threshold, grounding.margin, grounding.answers, grounding.token_budget)
+    text = f"{article.title}\n\n{article.body}" if article else None
+    return choose_grounding(matches, article.id if article else None, text, policy).matched
 
 
 class Workbench:

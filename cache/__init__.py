@@ -10,10 +10,13 @@ from cache.records import (
     DashboardStats,
     EntryPage,
     Hit,
+    MergeResult,
     NewAnswer,
     NewReply,
     QuestionCount,
     ReplyRecord,
+    Suggestion,
+    WordingRecord,
 )
 from cache.staff import AuditFilter, AuditRecord, ProposalRecord, StaffRecord, StaffStore
 from cache.store import AnswerCache
@@ -35,12 +38,15 @@ __all__ = [
     "Hit",
     "IndexHit",
     "NewAnswer",
+    "MergeResult",
     "NewReply",
     "ProposalRecord",
     "QuestionCount",
     "ReplyRecord",
     "StaffRecord",
     "StaffStore",
+    "Suggestion",
     "VectorIndex",
+    "WordingRecord",
     "normalize_question",
 ]

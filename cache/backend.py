@@ -8,8 +8,10 @@ from dataclasses import dataclass
 from sqlalchemy import Engine
 from sqlalchemy.orm import sessionmaker
 
+from cache.answer_vectors import AnswerVectors
 from cache.article_vectors import ArticleVectors
 from cache.index_sync import IndexSync
+from cache.lexical import LexicalIndex
 from cache.vectors import Embedding
 
 
@@ -23,6 +25,8 @@ class Backend:
     embedding: Embedding
     index: IndexSync
     articles: ArticleVectors
+    lexical: LexicalIndex
+    answers: AnswerVectors  # approved answers' vectors, for a match that also compares the answer
     max_entries: int
 
     def catch_up(self) -> None:

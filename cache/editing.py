@@ -45,17 +45,20 @@ class Editing:
 
     def set_review(self, entry_ids: Iterable[int], review: str) -> list[int]:
         """Put entries into a review state; returns the ids that exist. Lookups read the state from the rows,
-        so every replica sees it at once: no index change is needed."""
+        so every replica sees it at once; the change is logged all the same, since each replica's lexical
+        index (approved entries only, cache/lexical.py) is rebuilt when the log moves."""
         check_review(review)
         ids = sorted({int(i) for i in entry_ids})
         if not ids:
             return []
         with self._backend.lock, self._backend.sessions.begin() as session:
+            seq = changes.begin(session)
             found = list(session.scalars(select(Entry.id).where(Entry.id.in_(ids)).order_by(Entry.id)))
             session.execute(
                 update(Entry).where(Entry.id.in_(found)).values(review=review, updated_at=utc_now())
                 .execution_options(synchronize_session=False)
             )
+            changes.record(session, seq, entry_ids=found)
         return found
 
     def delete_entry(self, entry_id: int) -> bool:

@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 
 import numpy as np
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
-from cache import changes, rows
+from cache import changes, lexical, rows
 from cache.backend import Backend
 from cache.checks import check_threshold
 from cache.records import CachedAnswer, Hit, NewAnswer
-from cache.schema import Entry, utc_now
+from cache.schema import Entry, Wording, utc_now
 from cache.text import normalize_question
 from cache.vectors import cosine, to_bytes
+
+MATCH_POOL = 4  # dense candidates a hybrid match rescores besides the lexical ones (more would read many rows)
 
 
 class Entries:
@@ -56,6 +59,36 @@ class Entries:
                 return hits[:k]
             want *= 2  # some candidates were filtered out: look further down the ranking
 
+    def match(
+        self, question: str, k: int, model_id: str | None, reviews: Sequence[str], lexical_weight: float,
+        match_answers: bool,
+    ) -> list[Hit]:
+        """The `k` best entries by a fused score: best-wording cosine (or the answer's, where higher, with
+        `match_answers`) + lexical_weight x squashed BM25, best first, with no threshold (the caller compares
+        the best with its runner-up). Only approved entries have answer vectors and a lexical part."""
+        query = self._backend.embedding.question(question)  # (dim,)
+        pool = self.lookup(question, max(k, MATCH_POOL), -1.0, model_id, (), reviews)
+        seq = self._backend.index.seen_seq  # lookup caught up first
+        # With a weight of 0 no BM25 index is built at all, and without match_answers no answer is embedded.
+        lexical_scores = self._backend.lexical.scores(question, seq) if lexical_weight else {}
+        answer_scores = self._backend.answers.scores(query, seq) if match_answers else {}
+        near_answers = sorted(answer_scores, key=lambda i: -answer_scores[i])[:MATCH_POOL]
+        have = {hit.id for hit in pool}
+        missing = list(dict.fromkeys(i for i in [*lexical_scores, *near_answers] if i not in have))
+        pool += self._hits_for(missing, query, -1.0, model_id, reviews)
+        fused = [_fuse(hit, answer_scores.get(hit.id), lexical_scores.get(hit.id, 0.0), lexical_weight)
+                 for hit in pool]
+        return sorted(fused, key=lambda hit: (-hit.score, hit.id))[:k]
+
+    def warm(self, match_answers: bool, lexical: bool) -> None:
+        """Build the answer vectors and the BM25 index now, so the first customer does not wait for them."""
+        self._backend.catch_up()
+        seq = self._backend.index.seen_seq
+        if match_answers:
+            self._backend.answers.scores(np.zeros(self._backend.embedding.dim, dtype=np.float32), seq)
+        if lexical:
+            self._backend.lexical.scores("", seq)
+
     def mark_used(self, ids: Iterable[int]) -> None:
         """Count that these entries were served as decoding references."""
         ids = sorted(set(ids))
@@ -95,10 +128,42 @@ class Entries:
             statement = statement.where(Entry.review.in_(list(reviews)))
         with self._backend.sessions() as session:
             entries = session.scalars(statement).all()
-        hits = [
-            Hit(e.id, e.question, e.answer, list(e.answer_ids), cosine(query, e.embedding), e.review) for e in entries
-        ]
+            wordings = confirmed_wordings(session, [e.id for e in entries])
+        hits = [_best_wording_hit(e, wordings.get(e.id, []), query) for e in entries]
         return sorted((hit for hit in hits if hit.score >= threshold), key=lambda hit: (-hit.score, hit.id))
+
+
+def confirmed_wordings(session: Session, entry_ids: list[int]) -> dict[int, list[tuple[str, bytes]]]:
+    """Entry id -> (question, embedding) of each of its confirmed wordings."""
+    if not entry_ids:
+        return {}
+    statement = select(Wording.entry_id, Wording.question, Wording.embedding).where(
+        Wording.entry_id.in_(entry_ids), Wording.status == "confirmed"
+    )
+    found: dict[int, list[tuple[str, bytes]]] = {}
+    for row in session.execute(statement):
+        found.setdefault(row.entry_id, []).append((row.question, row.embedding))
+    return found
+
+
+def _best_wording_hit(entry: Entry, wordings: list[tuple[str, bytes]], query: np.ndarray) -> Hit:
+    """The entry as a Hit scored by whichever of its question and confirmed wordings is nearest the query."""
+    score, wording = max(
+        [(cosine(query, entry.embedding), entry.question), *((cosine(query, e), q) for q, e in wordings)],
+        key=lambda pair: pair[0],
+    )
+    return Hit(
+        entry.id, entry.question, entry.answer, list(entry.answer_ids), score, entry.review,
+        article_ids=tuple(entry.article_ids), wording=wording,
+    )
+
+
+def _fuse(hit: Hit, answer_cosine: float | None, bm25: float, weight: float) -> Hit:
+    """The hit scored by its best wording or its answer, plus the weighted lexical part."""
+    dense, wording = hit.score, hit.wording
+    if answer_cosine is not None and answer_cosine > dense:
+        dense, wording = answer_cosine, "(its answer)"
+    return replace(hit, score=dense + weight * lexical.normalized(bm25), dense=dense, lexical=bm25, wording=wording)
 
 
 def find_row(

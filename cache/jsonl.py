@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from cache.records import REVIEW_STATES, ArticleRecord, CachedAnswer, NewAnswer
@@ -20,6 +20,7 @@ class ImportedEntry:
     uses: int
     created_at: datetime | None
     last_used_at: datetime | None
+    wordings: list[str] = field(default_factory=list)  # confirmed wordings; suggestions are not exported
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,8 @@ class ImportedArticle:
     body: str
 
 
-def entry_line(entry: CachedAnswer) -> dict:
+def entry_line(entry: CachedAnswer, wordings: list[str] = ()) -> dict:
+    """One entry as a record, with its confirmed wordings."""
     return {
         "kind": "entry",
         "question": entry.question,
@@ -47,6 +49,7 @@ def entry_line(entry: CachedAnswer) -> dict:
         "uses": entry.uses,
         "created_at": entry.created_at.isoformat(),
         "last_used_at": entry.last_used_at.isoformat(),
+        "wordings": list(wordings),
     }
 
 
@@ -96,6 +99,7 @@ def _parse_entry(record: dict) -> ImportedEntry:
         uses=_count(record, "uses"),
         created_at=_timestamp(record, "created_at"),
         last_used_at=_timestamp(record, "last_used_at"),
+        wordings=_str_list(_field(record, "wordings", list, []), "wordings"),
     )
 
 

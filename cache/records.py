@@ -50,7 +50,8 @@ class CachedAnswer:
 
 @dataclass(frozen=True)
 class Hit:
-    """A similar past answer; `score` is cosine similarity in [-1, 1]."""
+    """A similar past answer; `score` is the cosine similarity in [-1, 1] of its best-matching wording (its
+    question or a confirmed wording), plus the lexical part for a hybrid `match`."""
 
     id: int
     question: str
@@ -58,6 +59,44 @@ class Hit:
     answer_ids: list[int]
     score: float
     review: str = "candidate"
+    article_ids: tuple[str, ...] = ()  # the help articles the entry was answered with
+    wording: str = ""  # the wording that matched best (the question itself or a confirmed wording)
+    dense: float | None = None  # for a hybrid match: the cosine part of `score`
+    lexical: float = 0.0  # for a hybrid match: the BM25 score of the entry's best wording (0: none)
+
+
+WORDING_STATES = ("confirmed", "suggested")
+
+
+@dataclass(frozen=True)
+class WordingRecord:
+    """One wording of an entry's question; only confirmed ones match."""
+
+    id: int
+    entry_id: int
+    question: str
+    status: str
+    created_by: str
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    """A suggested wording with the entry it would match, for staff to confirm or drop."""
+
+    wording: WordingRecord
+    entry_question: str
+    entry_answer: str
+
+
+@dataclass(frozen=True)
+class MergeResult:
+    """What merging one entry into another moved: its question became a wording of the kept entry."""
+
+    kept_id: int
+    merged_id: int
+    moved_wordings: int  # wordings of the merged entry now on the kept one, its question included
+    moved_replies: int
 
 
 @dataclass(frozen=True)

@@ -88,6 +88,22 @@ class Entry(Base):
     uses: Mapped[int] = mapped_column(Integer, default=0)
 
 
+class Wording(Base):
+    """Another wording of an entry's question. Only `confirmed` ones (attached or confirmed by staff) are
+    indexed and match; `suggested` ones are customer questions an approved entry grounded, waiting for staff."""
+
+    __tablename__ = "wordings"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    entry_id: Mapped[int] = mapped_column(ForeignKey("entries.id", ondelete="CASCADE"), index=True)
+    question: Mapped[str] = mapped_column(Text)
+    normalized_question: Mapped[str] = mapped_column(Text)
+    embedding: Mapped[bytes] = mapped_column(LargeBinary)  # float32 bytes, as Entry.embedding
+    status: Mapped[str] = mapped_column(String(16), default="suggested", index=True)  # or "confirmed"
+    created_by: Mapped[str] = mapped_column(String(255), default="")  # staff name; "" for a customer's suggestion
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utc_now)
+
+
 class Reply(Base):
     """One chat turn as it was served."""
 

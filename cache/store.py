@@ -17,6 +17,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import sessionmaker
 
 from cache import deployment
+from cache.answer_vectors import AnswerVectors
 from cache.article_vectors import ArticleVectors
 from cache.articles import Articles
 from cache.backend import Backend
@@ -24,7 +25,8 @@ from cache.browse import SORTS, Browse
 from cache.editing import Editing
 from cache.embedder_change import check_embedder
 from cache.entries import Entries
-from cache.index_sync import INDEX_FILE, SEEN_FILE, IndexSync
+from cache.index_sync import INDEX_FILE, SEEN_FILE, WORDINGS_FILE, IndexSync
+from cache.lexical import LexicalIndex
 from cache.records import (
     ArticleHit,
     ArticleRecord,
@@ -32,17 +34,21 @@ from cache.records import (
     DashboardStats,
     EntryPage,
     Hit,
+    MergeResult,
     NewAnswer,
     NewReply,
     ReplyRecord,
+    Suggestion,
+    WordingRecord,
 )
 from cache.replies import Replies
 from cache.schema import DB_FILE, create_db_engine, create_schema, startup_lock
 from cache.text import normalize_question
 from cache.transfer import Transfer
 from cache.vectors import Embed, Embedding
+from cache.wordings import Wordings
 
-__all__ = ["DB_FILE", "INDEX_FILE", "SEEN_FILE", "SORTS", "AnswerCache", "normalize_question"]
+__all__ = ["DB_FILE", "INDEX_FILE", "SEEN_FILE", "SORTS", "WORDINGS_FILE", "AnswerCache", "normalize_question"]
 
 
 class AnswerCache:
@@ -50,15 +56,18 @@ class AnswerCache:
 
     def __init__(self, engine: Engine, embed: Embed, dim: int, index_path: Path, max_entries: int) -> None:
         sessions = sessionmaker(engine, expire_on_commit=False)
+        embedding = Embedding(embed, dim)
         self.dim = dim
         self.max_entries = max_entries
         self._backend = Backend(
             engine=engine,
             sessions=sessions,
             lock=threading.RLock(),
-            embedding=Embedding(embed, dim),
+            embedding=embedding,
             index=IndexSync(sessions, dim, index_path),
             articles=ArticleVectors(sessions, dim),
+            lexical=LexicalIndex(sessions),
+            answers=AnswerVectors(sessions, embedding),
             max_entries=max_entries,
         )
         self._entries = Entries(self._backend)
@@ -67,6 +76,7 @@ class AnswerCache:
         self._editing = Editing(self._backend)
         self._browse = Browse(self._backend)
         self._transfer = Transfer(self._backend)
+        self._wordings = Wordings(self._backend)
 
     @classmethod
     def open(
@@ -122,6 +132,25 @@ class AnswerCache:
         entries in those review states (None: any state)."""
         return self._entries.lookup(question, k, threshold, model_id, exclude_ids, reviews)
 
+    def match(
+        self,
+        question: str,
+        k: int = 2,
+        model_id: str | None = None,
+        reviews: Sequence[str] = ("approved",),
+        lexical_weight: float = 0.0,
+        match_answers: bool = False,
+    ) -> list[Hit]:
+        """The `k` best entries in those review states by a hybrid score (best-wording cosine, or with
+        `match_answers` the answer's cosine where higher, plus `lexical_weight` x squashed BM25; both only for
+        approved entries), best first, whatever the score."""
+        return self._entries.match(question, k, model_id, reviews, lexical_weight, match_answers)
+
+    def warm_match(self, match_answers: bool, lexical: bool) -> None:
+        """Embed the approved answers and build the BM25 index ahead of the first `match` that needs them
+        (47 answers: about 1.5 s on two busy cores, once per replica; later changes embed only what changed)."""
+        self._entries.warm(match_answers, lexical)
+
     def mark_used(self, ids: Iterable[int]) -> None:
         """Count that these entries were served as decoding references."""
         self._entries.mark_used(ids)
@@ -129,6 +158,34 @@ class AnswerCache:
     def add_answer(self, new: NewAnswer) -> int:
         """Store an answer (updating the one with the same exact key) and return its id."""
         return self._entries.add(new)
+
+    # --- wordings of an entry's question (cache/wordings.py) ---
+
+    def wordings(self, entry_id: int) -> list[WordingRecord]:
+        """The entry's other wordings, confirmed first."""
+        return self._wordings.for_entry(entry_id)
+
+    def add_wording(self, entry_id: int, question: str, created_by: str = "") -> WordingRecord | None:
+        """Attach a confirmed wording (it matches at once, on every replica); None when the entry has it."""
+        return self._wordings.add(entry_id, question, "confirmed", created_by)
+
+    def suggest_wording(self, entry_id: int, question: str) -> WordingRecord | None:
+        """Store a customer's question as a suggested wording, which matches nothing until confirmed;
+        None when the entry already has it. KeyError when the entry is gone."""
+        return self._wordings.add(entry_id, question, "suggested", "")
+
+    def confirm_wordings(self, wording_ids: Iterable[int]) -> list[WordingRecord]:
+        return self._wordings.set_confirmed(wording_ids)
+
+    def remove_wordings(self, wording_ids: Iterable[int]) -> list[WordingRecord]:
+        return self._wordings.remove(wording_ids)
+
+    def suggested_wordings(self, limit: int = 200) -> list[Suggestion]:
+        return self._wordings.suggestions(limit)
+
+    def merge_entries(self, kept_id: int, merged_id: int, actor: str = "") -> MergeResult:
+        """Merge one entry into another: its question becomes a confirmed wording of the kept one."""
+        return self._wordings.merge(kept_id, merged_id, actor)
 
     # --- replies (cache/replies.py) ---
 

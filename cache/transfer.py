@@ -13,8 +13,9 @@ from sqlalchemy.orm import Session, defer
 from cache import articles, changes, jsonl, rows
 from cache.backend import Backend
 from cache.entries import evict_over_limit, upsert_row
-from cache.schema import Entry, utc_now
+from cache.schema import Entry, Wording, utc_now
 from cache.vectors import article_text
+from cache.wordings import attach
 
 
 class Transfer:
@@ -26,8 +27,9 @@ class Transfer:
     def export_jsonl(self, path: str | Path) -> int:
         """Write every entry and article as one JSON object per line; returns the number of lines."""
         with self._backend.sessions() as session:
-            entries = session.scalars(select(Entry).options(defer(Entry.embedding)).order_by(Entry.id))
-            lines = [jsonl.entry_line(rows.cached_answer(entry)) for entry in entries]
+            entries = session.scalars(select(Entry).options(defer(Entry.embedding)).order_by(Entry.id)).all()
+            wordings = _confirmed_texts(session)
+            lines = [jsonl.entry_line(rows.cached_answer(entry), wordings.get(entry.id, [])) for entry in entries]
         lines += [jsonl.article_line(article) for article in articles.Articles(self._backend).list_all()]
         text = "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines)
         Path(path).write_text(text, encoding="utf-8")
@@ -39,15 +41,19 @@ class Transfer:
         if approve:
             entries = [replace(item, answer=replace(item.answer, review="approved")) for item in entries]
         entry_vectors = self._backend.embedding.texts([item.answer.question for item in entries])  # (n, dim)
+        wording_texts = [" ".join(text.split()) for item in entries for text in item.wordings]
+        wording_vectors = dict(zip(wording_texts, self._backend.embedding.texts(wording_texts), strict=True))
         article_vectors = self._backend.embedding.texts([article_text(a.title, a.body) for a in imported_articles])
         with self._backend.lock:
             with self._backend.sessions.begin() as session:
                 seq = changes.begin(session)
-                vector_by_id = _store_entries(session, entries, entry_vectors)
+                vector_by_id = _store_entries(session, entries, entry_vectors, wording_vectors)
                 for item, vector in zip(imported_articles, article_vectors, strict=True):
                     articles.upsert_row(session, item.id, item.title, item.body, vector)
                 changes.record(session, seq, vector_by_id, [item.id for item in imported_articles])
             self._update_vectors(vector_by_id)
+            self._backend.index.reload(set(vector_by_id))  # with their imported wordings
+            self._backend.index.save()
         return len(entries) + len(imported_articles)
 
     def _update_vectors(self, vector_by_id: dict[int, np.ndarray]) -> None:
@@ -59,12 +65,29 @@ class Transfer:
         self._backend.articles.refresh()
 
 
-def _store_entries(session: Session, entries: list[jsonl.ImportedEntry], vectors: np.ndarray) -> dict[int, np.ndarray]:
-    """Upsert every imported entry; one vector per id, since a file may repeat an exact key."""
+def _store_entries(
+    session: Session, entries: list[jsonl.ImportedEntry], vectors: np.ndarray, wordings: dict[str, np.ndarray]
+) -> dict[int, np.ndarray]:
+    """Upsert every imported entry and attach its confirmed wordings; one vector per id, since a file may
+    repeat an exact key."""
     vector_by_id = {}
     for item, vector in zip(entries, vectors, strict=True):
-        vector_by_id[_import_row(session, item, vector).id] = vector
+        entry = _import_row(session, item, vector)
+        for text in item.wordings:
+            text = " ".join(text.split())
+            if text:
+                attach(session, entry, text, wordings[text], "confirmed", "import")
+        vector_by_id[entry.id] = vector
     return vector_by_id
+
+
+def _confirmed_texts(session: Session) -> dict[int, list[str]]:
+    """Entry id -> its confirmed wordings, oldest first."""
+    statement = select(Wording.entry_id, Wording.question).where(Wording.status == "confirmed").order_by(Wording.id)
+    found: dict[int, list[str]] = {}
+    for row in session.execute(statement):
+        found.setdefault(row.entry_id, []).append(row.question)
+    return found
 
 
 def _import_row(session: Session, item: jsonl.ImportedEntry, vector: np.ndarray) -> Entry:

@@ -12,10 +12,13 @@ from cache import (
     CachedAnswer,
     DashboardStats,
     EntryPage,
+    MergeResult,
     ProposalRecord,
     QuestionCount,
     ReplyRecord,
     StaffRecord,
+    Suggestion,
+    WordingRecord,
 )
 
 from .accounts import ROLES, Accounts, Bootstrap, PermissionDenied, StaffAccount
@@ -54,6 +57,7 @@ __all__ = [
     "EngineSummary",
     "EntryPage",
     "InputError",
+    "MergeResult",
     "QuestionCount",
     "ReferenceUse",
     "Reply",
@@ -62,5 +66,7 @@ __all__ = [
     "ReplyStats",
     "Seed",
     "Span",
+    "Suggestion",
     "Verification",
+    "WordingRecord",
 ]

@@ -19,9 +19,12 @@ from cache import (
     CachedAnswer,
     DashboardStats,
     EntryPage,
+    MergeResult,
     ProposalRecord,
     ReplyRecord,
     StaffRecord,
+    Suggestion,
+    WordingRecord,
 )
 
 from .accounts import Accounts, PermissionDenied, StaffAccount, outranks
@@ -45,6 +48,7 @@ ALL = AuditFilter()  # no filter: every row
 ACTIONS = (
     "login", "login_failed", "edit", "delete", "approve", "reject", "unreview", "propose", "dismiss_proposal", "import",
     "export", "article_save", "article_delete", "user_add", "user_reset", "user_role", "user_remove", "denied",
+    "wording_add", "wording_remove", "wording_confirm", "wording_drop", "merge",
 )
 
 
@@ -151,6 +155,85 @@ class AdminService:
         """Every audit row about this entry, newest first."""
         self.require_role(actor, "agent", "entry_history", entry_id)
         return self.staff_store.audit(AuditFilter(entry_id=entry_id))
+
+    def adopt_reply(self, actor: str, reply_id: int) -> int:
+        """Store a grounded reply's words, after staff reviewed them, as the answer of the approved entry that
+        grounded it (an admin only; audited as an edit): the staff's facts in the model's own phrasing, which
+        later replies copy more of (README: the service workload). Returns the entry id; KeyError for an
+        unknown reply or a deleted entry, InputError for a reply no approved answer grounded."""
+        self.require_role(actor, "admin", "edit")
+        reply = self.cache.get_reply(reply_id)
+        if reply is None:
+            raise KeyError(f"no reply {reply_id}")
+        grounding = reply.stats.get("grounding") or []
+        if not grounding or not reply.token_ids:
+            raise InputError(f"Reply {reply_id} was not grounded by an approved answer.")
+        entry = self.cache.get_entry(int(grounding[0]["id"]))
+        if entry is None:
+            raise KeyError(f"no entry {grounding[0]['id']}")
+        # The reply's own token ids, not a re-tokenization of its text: those are what the model produces.
+        self.cache.update_entry(entry.id, answer=reply.answer, answer_ids=reply.token_ids, review="approved")
+        details = {"before": _texts(entry.question, entry.answer), "after": _texts(entry.question, reply.answer),
+                   "reply_id": reply_id}
+        self.staff_store.record(actor, "edit", entry.id, details=details)
+        return entry.id
+
+    # --- wordings of an entry's question, suggestions and merging -------------------------------------
+
+    def wordings(self, actor: str, entry_id: int) -> list[WordingRecord]:
+        self.require_role(actor, "agent", "list_wordings", entry_id)
+        return self.cache.wordings(entry_id)
+
+    def add_wording(self, actor: str, entry_id: int, question: str) -> WordingRecord | None:
+        """Attach a confirmed wording, an admin only: it matches at once. None when the entry has it already;
+        KeyError for an unknown entry, InputError for an empty wording."""
+        self.require_role(actor, "admin", "wording_add", entry_id)
+        if not question.strip():
+            raise InputError("A wording must not be empty.")
+        added = self.cache.add_wording(entry_id, question, created_by=actor)
+        if added is not None:
+            self.staff_store.record(actor, "wording_add", entry_id, details=_wording(added))
+        return added
+
+    def remove_wording(self, actor: str, wording_id: int) -> bool:
+        """Detach a wording (confirmed or suggested), an admin only; False when there was none."""
+        self.require_role(actor, "admin", "wording_remove")
+        removed = self.cache.remove_wordings([wording_id])
+        for wording in removed:
+            self.staff_store.record(actor, "wording_remove", wording.entry_id, details=_wording(wording))
+        return bool(removed)
+
+    def suggested_wordings(self, actor: str, limit: int = 200) -> list[Suggestion]:
+        """Customer questions an approved answer grounded, waiting to be confirmed or dropped, oldest first."""
+        self.require_role(actor, "agent", "list_suggestions")
+        return self.cache.suggested_wordings(limit)
+
+    def decide_suggestions(self, actor: str, wording_ids: list[int], confirm: bool) -> int:
+        """Confirm (they match from now on) or drop suggested wordings in bulk, an admin only; returns how
+        many were still suggested. One audit row per wording."""
+        action = "wording_confirm" if confirm else "wording_drop"
+        self.require_role(actor, "admin", action)
+        pending = {s.wording.id for s in self.cache.suggested_wordings(limit=100_000)}
+        chosen = [i for i in wording_ids if i in pending]
+        decided = self.cache.confirm_wordings(chosen) if confirm else self.cache.remove_wordings(chosen)
+        for wording in decided:
+            self.staff_store.record(actor, action, wording.entry_id, details=_wording(wording))
+        return len(decided)
+
+    def merge_entries(self, actor: str, kept_id: int, merged_id: int) -> MergeResult:
+        """Merge entry `merged_id` into `kept_id`, an admin only: the merged question becomes a confirmed
+        wording, its wordings and replies move, it is deleted. KeyError for an unknown entry."""
+        self.require_role(actor, "admin", "merge", kept_id)
+        merged = self.cache.get_entry(merged_id)
+        if kept_id == merged_id:
+            raise InputError("An entry cannot be merged into itself.")
+        if merged is None:
+            raise KeyError(f"no entry {merged_id}")
+        result = self.cache.merge_entries(kept_id, merged_id, actor)
+        details = {"merged_id": merged_id, "merged": _texts(merged.question, merged.answer),
+                   "moved_wordings": result.moved_wordings, "moved_replies": result.moved_replies}
+        self.staff_store.record(actor, "merge", kept_id, target=f"entry:{merged_id}", details=details)
+        return result
 
     # --- edit proposals ----------------------------------------------------------------------------
 
@@ -327,6 +410,10 @@ class AdminService:
 
 def _texts(question: str, answer: str) -> dict:
     return {"question": question, "answer": answer}
+
+
+def _wording(wording: WordingRecord) -> dict:
+    return {"wording_id": wording.id, "question": wording.question, "status": wording.status}
 
 
 def _article(article: ArticleRecord) -> dict:

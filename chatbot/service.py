@@ -116,6 +116,7 @@ class ChatService:
         `seed` says otherwise) and measure the cost curve on the step shape the turns run."""
         seed = seed if seed is not None else Seed.shipped()
         cache.seed_if_new(lambda: seed_help_centre(cache, engine.tokenizer, engine.model_id, seed))
+        cache.warm_match(settings.match_answers, settings.lexical_weight > 0)
         typical_steps = engine.steps(256, settings.max_new_tokens)  # its cache sized for a typical prompt
         cost = cost or load_or_measure(engine.model, Path(data_dir) / COST_CURVES_FILE, steps=typical_steps)
         return cls(engine, cache, settings, cost)
@@ -202,9 +203,23 @@ class ChatService:
             )
         )
         self.cache.mark_used({turn.reference_id(run.source) for run in result.copied_runs} - {None})
+        if not exact_hit:
+            self._suggest_wordings(turn)
         reply_id = self._record(turn, entry_id, text, stats, result.tokens, exact_hit)
         spans = copied_spans(turn, result, self._text)
         return Reply(text=text, stats=stats, done=True, id=reply_id, spans=spans, notice=turn.notice())
+
+    def _suggest_wordings(self, turn: ChatTurn) -> None:
+        """The question becomes a suggested wording of each approved answer the check accepted for it. It
+        matches nothing until staff confirm it, so a wrong grounding never reinforces itself. A follow-up
+        ("make it shorter") means something only in its conversation, so it suggests nothing."""
+        if turn.history:
+            return
+        for hit in turn.matched:
+            try:
+                self.cache.suggest_wording(hit.id, turn.question)
+            except KeyError:  # staff deleted or merged the entry while the reply decoded
+                continue
 
     def _record(
         self, turn: ChatTurn, entry_id: int, text: str, stats: ReplyStats, tokens: list[int], exact_hit: bool

@@ -7,6 +7,7 @@ from cache import AnswerCache
 from cache.records import Hit
 from decoding import Engine, StepConfig
 
+from .grounding import GroundingChoice, GroundingPolicy, choose_grounding
 from .prompt import (
     ApprovedAnswer,
     InputError,
@@ -44,6 +45,9 @@ class ChatTurn:
     prompt_hash: str
     session_id: str
     steps: StepConfig  # the shape of every decode forward; Verify reruns greedy with the same
+    # Approved answers the consistency check accepted (in the prompt or, when the article holds them, not):
+    # the question becomes a suggested wording of each, for staff to confirm (chatbot/grounding.py).
+    matched: tuple[Hit, ...] = ()
 
     @property
     def article_id(self) -> str | None:
@@ -75,7 +79,8 @@ class TurnPlanner:
         question = check_question(question, self.settings.max_question_chars)
         messages = parse_history(history, self.settings.max_question_chars * 4)
         article = self.pick_article(question)
-        grounding = self.pick_grounding(question)
+        choice = self.pick_grounding(question, article)
+        grounding = choice.grounding
         prompt = build_prompt(
             self.engine.tokenizer, self.settings.system_prompt, article.text if article else None, messages,
             question, self.context_window - self.settings.max_new_tokens,
@@ -85,13 +90,13 @@ class TurnPlanner:
         kept = messages[prompt.dropped_turns :]
         return ChatTurn(
             question=question, history=kept, prompt=prompt, article=article, grounding=grounding,
-            references=self.references(question, grounding), context_key=context_key(kept),
+            references=self.references(question, choice.matched), context_key=context_key(kept),
             prompt_hash=self.exact_key(prompt, article, grounding), session_id=session_id,
-            steps=self.engine.steps(len(prompt.ids), self.settings.max_new_tokens),
+            steps=self.engine.steps(len(prompt.ids), self.settings.max_new_tokens), matched=tuple(choice.matched),
         )
 
     def references(self, question: str, grounding: list[Hit]) -> list[Hit]:
-        """The grounding answers first, then the most similar past answers not among them."""
+        """The accepted approved answers first, then the most similar past answers not among them."""
         similar = self.cache.lookup(
             question, k=self.settings.references_k, threshold=self.settings.similarity_threshold,
             model_id=self.engine.model_id,
@@ -109,16 +114,18 @@ class TurnPlanner:
         }
         return prompt_hash(str(prompt.ids), [article.id if article else ""], decode_settings)
 
-    def pick_grounding(self, question: str) -> list[Hit]:
-        """The most similar answers whose review state the grounding setting allows, within the token budget."""
+    def pick_grounding(self, question: str, article: ArticlePick | None) -> GroundingChoice:
+        """The approved answers that ground this reply: the hybrid match, checked against the article
+        (chatbot/grounding.py)."""
         reviews = GROUNDING_REVIEWS[self.settings.grounding]
         if not reviews or self.settings.grounding_answers == 0:
-            return []
-        candidates = self.cache.lookup(
-            question, k=self.settings.grounding_answers, threshold=self.settings.grounding_threshold,
-            model_id=self.engine.model_id, reviews=reviews,
+            return GroundingChoice()
+        matches = self.cache.match(
+            question, k=self.settings.grounding_answers + 1, model_id=self.engine.model_id, reviews=reviews,
+            lexical_weight=self.settings.lexical_weight, match_answers=self.settings.match_answers,
         )
-        return within_token_budget(candidates, self.settings.grounding_token_budget)
+        article_id, article_text = (article.id, article.text) if article else (None, None)
+        return choose_grounding(matches, article_id, article_text, grounding_policy(self.settings))
 
     def pick_article(self, question: str) -> ArticlePick | None:
         if not self.settings.use_knowledge_base:
@@ -145,11 +152,9 @@ def check_question(question: object, max_chars: int) -> str:
     return question
 
 
-def within_token_budget(candidates: list[Hit], budget: int) -> list[Hit]:
-    """The candidates, best first, whose answers fit together in `budget` tokens (one too long is skipped)."""
-    chosen = []
-    for hit in candidates:
-        if len(hit.answer_ids) <= budget:
-            chosen.append(hit)
-            budget -= len(hit.answer_ids)
-    return chosen
+def grounding_policy(settings: ChatSettings) -> GroundingPolicy:
+    return GroundingPolicy(
+        threshold=settings.grounding_threshold, margin=settings.grounding_margin,
+        answers=settings.grounding_answers, token_budget=settings.grounding_token_budget,
+    )
+

@@ -7,6 +7,7 @@ import gradio as gr
 
 from chatbot import REVIEW_STATES, SORTS, AdminService, CachedAnswer, InputError
 
+from .admin_wordings import WordingsPanel
 from .auth import PRIVATE, StaffLogin, shows_refusals
 from .widgets import (
     AUDIT_COLUMNS,
@@ -14,6 +15,7 @@ from .widgets import (
     audit_row,
     confirmed_delete,
     hidden_button,
+    parse_ids,
     reply_row,
     row_picker,
     shorten,
@@ -103,11 +105,15 @@ class CacheBrowser:
         )
         shown = [view.question, view.answer, view.stats, view.replies, view.history, view.status]
         self.shown = shown
-        open_button.click(self.open_entry, [entry_id], shown, api_name="open_entry")
-        table.select(row_picker(self.login), None, [entry_id], **PRIVATE).then(
-            self.open_entry, [entry_id], shown, **PRIVATE
-        )
+        opened = [
+            open_button.click(self.open_entry, [entry_id], shown, api_name="open_entry"),
+            table.select(row_picker(self.login), None, [entry_id], **PRIVATE).then(
+                self.open_entry, [entry_id], shown, **PRIVATE
+            ),
+        ]
         self._edit_buttons(view)
+        WordingsPanel(self.admin, self.login).build(entry_id, opened, self._refresh_table)
+        self._proposals()
 
     def _edit_buttons(self, view: EntryView) -> None:
         with gr.Row():
@@ -126,7 +132,10 @@ class CacheBrowser:
         confirm.click(self.delete_entry, [view.entry_id], [view.status, confirm], api_name="delete_entry").then(
             self.list_page, [*self.query, self.page, gr.State(0)], self.table_outputs, **PRIVATE
         )
-        self._proposals()
+
+    def _refresh_table(self, event) -> None:
+        """Reload the entries table after `event` (a merge removes a row)."""
+        event.then(self.list_page, [*self.query, self.page, gr.State(0)], self.table_outputs, **PRIVATE)
 
     def _proposals(self) -> None:
         gr.Markdown("### Proposed edits\nAgents propose edits; an admin applies or dismisses them.")
@@ -257,21 +266,3 @@ def _entry_row(entry: CachedAnswer) -> list:
         entry.id, entry.review, shorten(entry.question), shorten(entry.answer), entry.hits, entry.uses,
         entry.speedup, utc_time(entry.created_at),
     ]
-
-
-def parse_ids(text: str, limit: int = 10_000) -> list[int]:
-    """Entry ids from "3, 7, 10-14"; ValueError with a message fit to show for anything else."""
-    ids: list[int] = []
-    for part in (p.strip() for p in (text or "").replace(";", ",").split(",")):
-        if not part:
-            continue
-        first, _, last = part.partition("-")
-        if not first.strip().isdigit() or (last and not last.strip().isdigit()):
-            raise ValueError(f"Not an entry id or range: {part!r}. Write ids like 3, 7, 10-14.")
-        low, high = int(first), int(last or first)
-        if high < low or high - low >= limit:
-            raise ValueError(f"The range {part} is reversed or too long.")
-        ids.extend(range(low, high + 1))
-    if not ids:
-        raise ValueError("Enter at least one entry id.")
-    return ids

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import gradio as gr
 
-from chatbot import AdminService
+from chatbot import AdminService, InputError
 
 from .auth import PRIVATE, StaffLogin, shows_refusals
 from .format import escape_markup
@@ -23,14 +23,18 @@ class ReplyVerifier:
         gr.Markdown(
             "Verify reruns a reply's prompt with its decoding rule one token at a time (greedy, with the rule's "
             "repetition control and grounded numbers), checks the tokens are identical and "
-            "measures the real speedup. It uses the model, so it waits for chat turns in progress."
+            "measures the real speedup. It uses the model, so it waits for chat turns in progress. A reply that an "
+            "approved answer grounded can become that answer's new words after review: replies copy more of the "
+            "model's own phrasing than of staff-written text."
         )
         refresh = gr.Button("Refresh recent replies")
         table = gr.Dataframe(headers=REPLY_COLUMNS, interactive=False, label="Recent replies", elem_id="reply-table")
         with gr.Row():
             reply_id = gr.Number(label="Reply id (or click a row)", precision=0, elem_id="verify-id")
             verify = gr.Button("Verify", variant="primary", elem_id="verify")
+            adopt = gr.Button("Approve its words as the grounding answer (admin)", elem_id="adopt-reply")
         result = gr.Markdown(elem_id="verify-result")
+        adopt.click(self.adopt, [reply_id], [result], api_name="adopt_reply")
         refresh.click(self.recent, None, [table], **PRIVATE)
         table.select(row_picker(self.login), None, [reply_id], **PRIVATE)
         verify.click(self.verify, [reply_id], [result], api_name="verify", concurrency_limit=1).then(
@@ -42,6 +46,18 @@ class ReplyVerifier:
     def recent(self, request: gr.Request) -> list[list]:
         user = self.login.require(request)
         return [reply_row(r) for r in self.admin.recent_replies(user, limit=50)]
+
+    @shows_refusals
+    def adopt(self, reply_id: float | None, request: gr.Request) -> str:
+        """A grounded reply's words become the answer of the approved entry that grounded it."""
+        user = self.login.require(request)
+        if not reply_id:
+            return "Enter a reply id (pick one from the table)."
+        try:
+            entry_id = self.admin.adopt_reply(user, int(reply_id))
+        except (KeyError, InputError) as err:
+            return f"Cannot use reply {int(reply_id)}: {escape_markup(str(err))}"
+        return f"Entry #{entry_id} now answers with the words of reply {int(reply_id)}."
 
     @shows_refusals
     def verify(self, reply_id: float | None, request: gr.Request) -> str:

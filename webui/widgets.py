@@ -78,3 +78,21 @@ def hidden_button() -> gr.Button:
 
 def _reveal() -> gr.Button:
     return gr.Button(visible=True)
+
+
+def parse_ids(text: str, limit: int = 10_000) -> list[int]:
+    """Entry ids from "3, 7, 10-14"; ValueError with a message fit to show for anything else."""
+    ids: list[int] = []
+    for part in (p.strip() for p in (text or "").replace(";", ",").split(",")):
+        if not part:
+            continue
+        first, _, last = part.partition("-")
+        if not first.strip().isdigit() or (last and not last.strip().isdigit()):
+            raise ValueError(f"Not an entry id or range: {part!r}. Write ids like 3, 7, 10-14.")
+        low, high = int(first), int(last or first)
+        if high < low or high - low >= limit:
+            raise ValueError(f"The range {part} is reversed or too long.")
+        ids.extend(range(low, high + 1))
+    if not ids:
+        raise ValueError("Enter at least one entry id.")
+    return ids

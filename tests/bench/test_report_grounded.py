@@ -82,7 +82,7 @@ def test_the_report_has_a_grounded_section_with_the_summary(grounded_run):
     assert cells["mismatches"] == "1"
     assert numbers(section.split("\n\n")[1])[:3] == [0.6, 1, 384]  # the grounding rule, from the settings
     workloads = sections(report)["Workloads"]
-    assert "Grounded: 2/3, each with its own group's approved answer; the chat service's lookup" in workloads
+    assert "Grounded: 2/3, each with its own group's approved answer; the chat service's match" in workloads
     assert "would have picked it for 2/2." in workloads
 
 

@@ -11,7 +11,7 @@ from argon2 import PasswordHasher
 from transformers import AutoTokenizer
 
 from cache import AnswerCache, Embedder, NewAnswer, StaffStore
-from chatbot import Accounts, AdminService, ChatService, ChatSettings
+from chatbot import Accounts, AdminService, ChatService, ChatSettings, InputError
 from chatbot.seed import Seed
 from data import StaffAnswer
 from decoding import CostCurve, Engine
@@ -90,7 +90,9 @@ def test_only_approved_answers_enter_the_prompt_by_default(service):
 
 
 def test_all_lets_unreviewed_answers_in_but_never_rejected_ones(service):
-    everything = service.with_settings(grounding="all", grounding_answers=3)
+    # No margin: the candidate (the question's own wording) and the approved answer nearly tie, which the
+    # consistency check would otherwise read as disagreeing evidence and ground neither.
+    everything = service.with_settings(grounding="all", grounding_answers=3, grounding_margin=0.0)
     text = prompt_text(everything, everything.ask(REWORDED).id)
     assert CANDIDATE in text and APPROVED in text and REJECTED not in text
 
@@ -120,9 +122,11 @@ def test_a_crafted_question_cannot_reach_another_customers_prompt(service):
         victim = service.ask(victim_question, session_id="victim")
         text = prompt_text(service, victim.id)
         assert "EVIL-MARKER-55" not in text and stored.answer not in text
-    # What `all` risks, shown: the same attack does reach the prompt when unreviewed answers may enter.
+    # What `all` risks, shown: the same attack does reach the prompt when unreviewed answers may enter
+    # (and the consistency check is loosened, since the attack's near-copy of the question ties with it).
     risky = service.with_settings(
-        grounding="all", grounding_answers=10, grounding_threshold=0.3, grounding_token_budget=4000
+        grounding="all", grounding_answers=10, grounding_threshold=0.3, grounding_token_budget=4000,
+        grounding_margin=0.0,
     )
     assert "EVIL-MARKER-55" in prompt_text(risky, risky.ask(QUESTION, session_id="victim").id)
 
@@ -138,7 +142,7 @@ def test_an_approval_or_an_edit_is_never_hidden_by_a_stale_exact_hit(service, tm
     assert not after_edit.stats.exact_hit and "EDITED-4M" in prompt_text(service, after_edit.id)
     candidate_id = next(ref.id for ref in first.stats.references if ref.id != approved_id)
     admin.set_review("ada", [candidate_id], "approved")
-    widened = service.with_settings(grounding_answers=2)
+    widened = service.with_settings(grounding_answers=2, grounding_margin=0.0)  # two near-tied answers both go in
     after_approval = widened.ask(REWORDED)
     assert not after_approval.stats.exact_hit and CANDIDATE in prompt_text(widened, after_approval.id)
     assert widened.verify(after_approval.id).identical
@@ -169,4 +173,36 @@ def test_bad_grounding_settings_are_refused():
     with pytest.raises(ValueError, match="grounding must be one of"):
         ChatSettings(grounding="everything")
     with pytest.raises(ValueError, match="grounding_threshold"):
-        ChatSettings(grounding_threshold=2.0)
+        ChatSettings(grounding_threshold=2.5)
+    with pytest.raises(ValueError, match="lexical_weight"):
+        ChatSettings(lexical_weight=-0.1)
+
+
+def test_a_grounded_question_becomes_a_suggested_wording_that_matches_only_once_confirmed(service, tmp_path):
+    admin = staff_admin(service, tmp_path / "staff")
+    approved_id = service.cache.list_entries(review="approved").entries[0].id
+    reply = service.ask(REWORDED)
+    assert [use.id for use in reply.stats.grounding] == [approved_id]
+    [suggestion] = admin.suggested_wordings("ada")
+    assert (suggestion.wording.entry_id, suggestion.wording.question) == (approved_id, REWORDED)
+    follow_up = [{"role": "user", "content": REWORDED}, {"role": "assistant", "content": reply.text}]
+    service.ask("I forgot my password, how can I reset it? Please make that shorter.", history=follow_up)
+    assert len(admin.suggested_wordings("ada")) == 1  # a follow-up suggests nothing
+    assert admin.decide_suggestions("ada", [suggestion.wording.id], confirm=True) == 1
+    [hit] = service.cache.lookup(REWORDED, k=1, reviews=("approved",))
+    assert (hit.id, hit.wording, hit.score > 0.99) == (approved_id, REWORDED, True)
+    assert [row.action for row in admin.entry_history("ada", approved_id)] == ["wording_confirm"]
+
+
+def test_staff_can_approve_a_grounded_replys_own_words_as_its_answer(service, tmp_path):
+    admin = staff_admin(service, tmp_path / "staff")
+    approved_id = service.cache.list_entries(review="approved").entries[0].id
+    grounded = service.ask(REWORDED)
+    assert admin.adopt_reply("ada", grounded.id) == approved_id
+    entry, stored = service.cache.get_entry(approved_id), service.cache.get_reply(grounded.id)
+    assert (entry.answer, entry.answer_ids, entry.review) == (stored.answer, stored.token_ids, "approved")
+    [row] = admin.entry_history("ada", approved_id)
+    assert (row.action, row.details["reply_id"], row.details["before"]["answer"]) == ("edit", grounded.id, APPROVED)
+    ungrounded = service.ask("Which file types can I preview in the browser?")
+    with pytest.raises(InputError):
+        admin.adopt_reply("ada", ungrounded.id)

@@ -183,3 +183,38 @@ def test_staff_approve_filter_and_bulk_reject_on_the_admin_page(browser, server,
     page.locator("#bulk-reject").click()
     page.locator("#bulk-status").get_by_text("Not an entry id or range").wait_for()
     page.close()
+
+
+def test_wordings_and_merge_on_the_admin_page(browser, server, admin_client, chat_client, artifacts):
+    """Staff attach a wording to an approved answer, merge another entry into it and remove a wording, on the
+    page itself; the wordings table follows, the merged entry is gone, and each change is in the history."""
+    kept_id = next(row[0] for row in entry_rows(admin_client, "How do I reset my password") if row[1] == "approved")
+    merged_question = "Can I rename a folder that I shared with my team?"
+    chat_client.predict(merged_question, [], api_name="/chat")
+    merged_id = entry_rows(admin_client, merged_question)[0][0]
+    page = admin_page(browser, server)
+    page.locator("#entry-id input").fill(str(kept_id))
+    page.get_by_role("button", name="Open", exact=True).click()
+    page.locator("#entry-status").get_by_text(f"Entry #{kept_id} (approved)").wait_for(timeout=30_000)
+    wordings = page.locator("#wording-table")
+
+    page.locator("#new-wording textarea").fill("pw reset pls, locked out")
+    page.locator("#add-wording").click()
+    page.locator("#wording-status").get_by_text("Added wording #").wait_for()
+    wordings.get_by_text("pw reset pls, locked out").filter(visible=True).first.wait_for()
+
+    page.locator("#merge-id input").fill(str(merged_id))
+    page.locator("#merge-entry").click()
+    page.locator("#wording-status").get_by_text(f"Merged entry #{merged_id} into #{kept_id}").wait_for()
+    wordings.get_by_text(merged_question).filter(visible=True).first.wait_for()
+    assert all(row[0] != merged_id for row in entry_rows(admin_client, merged_question))
+    page.screenshot(path=artifacts / "admin-wordings.png", full_page=True)
+
+    wordings.get_by_text("pw reset pls, locked out").filter(visible=True).first.click()
+    page.locator("#remove-wording").click()
+    page.locator("#wording-status").get_by_text("Removed wording #").wait_for()
+    expect(wordings.get_by_text("pw reset pls, locked out").filter(visible=True)).to_have_count(0)
+    expect(wordings.get_by_text(merged_question).filter(visible=True).first).to_be_visible()
+    history = admin_client.predict(kept_id, api_name="/open_entry")[4]["data"]
+    assert [row[3] for row in history][:3] == ["wording_remove", "merge", "wording_add"]
+    page.close()

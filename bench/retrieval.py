@@ -1,0 +1,233 @@
+"""Retrieval alone, no decoding: which approved answer would ground each shipped rewording, tuned and held out.
+
+    python -m bench.retrieval [--aliases 2] [--out docs/retrieval]
+
+A fresh install's cache (the shipped articles and approved staff answers) is asked every rewording the way
+the chat turn asks it (the hybrid match, the article pick, the consistency check of chatbot/grounding.py).
+The question groups are split in two halves by a hash of their names: the lexical weight, threshold and
+margin are chosen on the tuning half only (most coverage with precision >= 95% and <= 5% novel questions
+grounded), then measured on the held-out half. `--aliases N` confirms each approved group's first N
+rewordings as wordings of its approved entry, as staff confirm suggestions; those wordings are never asked.
+Groups without an approved answer (novel questions, topics no answer covers) are asked in every wording:
+any grounding of them is wrong. Runs in about a minute on two cores (embedding only).
+"""
+
+import argparse
+import hashlib
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from transformers import AutoTokenizer
+
+from bench.markdown import fmt, table, write_side_run
+from cache import AnswerCache, Embedder
+from cache.records import Hit
+from chatbot.grounding import GroundingPolicy, choose_grounding
+from chatbot.seed import Seed, seed_help_centre
+from chatbot.settings import ChatSettings
+from data import Question, group_questions, load_questions
+from decoding.model_loading import DEFAULT_MODEL_DIR
+
+MODEL_ID = "bench-retrieval"
+WEIGHTS = (0.0, 0.1, 0.2, 0.3, 0.5)
+FUSIONS = tuple((answers, weight) for answers in (False, True) for weight in WEIGHTS)  # (match answers?, BM25 weight)
+THRESHOLDS = tuple(round(0.30 + 0.025 * i, 3) for i in range(37))  # 0.30 .. 1.20
+MARGINS = (0.0, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2)
+TARGET_PRECISION, TARGET_NOVEL = 0.95, 0.05
+BEFORE_THRESHOLD = 0.6  # the rule before aliases and the check: the best cosine grounds from 0.6 on
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One asked wording and what retrieval saw for it, at one lexical weight."""
+
+    group: str
+    question: str
+    covered: bool  # the group has an approved answer
+    half: str  # "tune" or "held-out"
+    article_id: str | None
+    article_text: str | None
+    matches: list[Hit]
+    article_score: float = 0.0
+
+
+@dataclass(frozen=True)
+class Score:
+    coverage: float  # covered rewordings that got an approved answer (into the prompt or as an article's own)
+    precision: float  # of those, the right group's
+    novel_grounded: float  # uncovered wordings that got one
+    covered: int
+    uncovered: int
+
+
+@dataclass(frozen=True)
+class Tuned:
+    answers: bool  # approved answers' own vectors matched too
+    weight: float
+    threshold: float
+    margin: float
+    tune: Score
+    held_out: Score
+
+
+def half_of(group: str) -> str:
+    """A fixed half for each group, from its name: 'tune' or 'held-out'."""
+    return "tune" if int(hashlib.sha256(group.encode()).hexdigest(), 16) % 2 == 0 else "held-out"
+
+
+def open_seeded(data_dir: Path, embedder: Embedder) -> tuple[AnswerCache, dict[int, str]]:
+    """A fresh install's cache and the group each approved entry answers."""
+    cache = AnswerCache.open(data_dir, embed=embedder.embed, dim=embedder.dim, embedder_name=embedder.name)
+    tokenizer = AutoTokenizer.from_pretrained(DEFAULT_MODEL_DIR, local_files_only=True)
+    seed = Seed.shipped()
+    seed_help_centre(cache, tokenizer, MODEL_ID, seed)
+    by_question = {answer.question: answer.group for answer in seed.answers}
+    approved = cache.list_entries(review="approved", limit=10_000).entries
+    return cache, {entry.id: by_question[entry.question] for entry in approved}
+
+
+def asked_and_aliases(aliases: int, covered: set[str]) -> tuple[list[Question], dict[str, list[str]]]:
+    """The wordings asked, and per covered group the rewordings confirmed as wordings (never asked)."""
+    asked, confirmed = [], {}
+    for group, wordings in group_questions(load_questions()).items():
+        plain = [q for q in wordings if not q.follow_up]
+        if group in covered:
+            confirmed[group] = [q.question for q in plain[1 : 1 + aliases]]
+            asked += plain[1 + aliases :]
+        else:
+            asked += plain
+    return asked, confirmed
+
+
+def probe_all(cache: AnswerCache, asked: list[Question], covered: set[str], article_threshold: float) -> dict:
+    """Per fusion (answers matched or not, lexical weight), a Probe for each asked wording."""
+    probes: dict[tuple[bool, float], list[Probe]] = {fusion: [] for fusion in FUSIONS}
+    for q in asked:
+        article = cache.best_article(q.question, threshold=article_threshold)
+        text = f"{article.title}\n\n{article.body}" if article else None
+        for answers, weight in FUSIONS:
+            matches = cache.match(q.question, k=2, model_id=MODEL_ID, lexical_weight=weight, match_answers=answers)
+            probes[answers, weight].append(Probe(q.group, q.question, q.group in covered, half_of(q.group),
+                                        article.id if article else None, text, matches,
+                                        article.score if article else 0.0))
+    return probes
+
+
+def score(probes: list[Probe], groups: dict[int, str], policy: GroundingPolicy | None, half: str) -> Score:
+    """Coverage, precision and novel questions grounded on one half; `policy` None: the rule before."""
+    got = right = wrong_novel = covered = uncovered = 0
+    for probe in (p for p in probes if p.half == half):
+        matched = decide(probe, policy)
+        if probe.covered:
+            covered += 1
+            got += matched is not None
+            right += matched is not None and groups[matched.id] == probe.group
+        else:
+            uncovered += 1
+            wrong_novel += matched is not None
+    return Score(got / max(covered, 1), right / max(got, 1), wrong_novel / max(uncovered, 1), covered, uncovered)
+
+
+def decide(probe: Probe, policy: GroundingPolicy | None) -> Hit | None:
+    """The approved answer this question gets: by the chat turn's check, or (None) by the rule before."""
+    if policy is None:
+        best = probe.matches[0] if probe.matches else None
+        return best if best is not None and best.dense >= BEFORE_THRESHOLD else None
+    matched = choose_grounding(probe.matches, probe.article_id, probe.article_text, policy).matched
+    return matched[0] if matched else None
+
+
+def tune(probes: dict, groups: dict[int, str]) -> Tuned:
+    """The fusion, threshold and margin with the most tuning-half coverage that meet the targets there."""
+    best = None
+    for (answers, weight), probed in probes.items():
+        for threshold in THRESHOLDS:
+            for margin in MARGINS:
+                policy = GroundingPolicy(threshold, margin)
+                tuned = score(probed, groups, policy, "tune")
+                if tuned.precision < TARGET_PRECISION or tuned.novel_grounded > TARGET_NOVEL:
+                    continue
+                key = (tuned.coverage, tuned.precision, -tuned.novel_grounded, threshold, margin)
+                if best is None or key > best[0]:
+                    held_out = score(probed, groups, policy, "held-out")
+                    best = (key, Tuned(answers, weight, threshold, margin, tuned, held_out))
+    if best is None:
+        raise RuntimeError("no setting met the targets on the tuning half")
+    return best[1]
+
+
+def curve(probes: list[Probe], groups: dict[int, str], margin: float, half: str) -> list[tuple[float, Score]]:
+    """Coverage (recall), precision and novel questions grounded over the threshold, at one weight and margin."""
+    return [(threshold, score(probes, groups, GroundingPolicy(threshold, margin), half)) for threshold in THRESHOLDS]
+
+
+def report(runs: dict[int, Tuned], baselines: dict[int, dict[str, Score]], curves: dict[int, list]) -> str:
+    header = ["confirmed wordings per group", "rule", "half", "coverage", "precision", "novel grounded",
+              "questions (covered / uncovered)"]
+    rows = []
+    for aliases, tuned in runs.items():
+        rule = f"{_fusion(tuned.answers, tuned.weight)}, threshold {tuned.threshold}, margin {tuned.margin}"
+        for half, measured in (("tune", tuned.tune), ("held-out", tuned.held_out)):
+            rows.append([str(aliases), rule, half, *_cells(measured)])
+        for rule, measured in baselines[aliases].items():
+            rows.append([str(aliases), rule, "held-out", *_cells(measured)])
+    body = [table(header, rows)]
+    for aliases, points in curves.items():
+        tuned = runs[aliases]
+        body.append(f"### Held-out curve over the threshold ({aliases} confirmed wordings per group, "
+                    f"{_fusion(tuned.answers, tuned.weight)}, margin {tuned.margin})")
+        body.append(table(["threshold", "coverage", "precision", "novel grounded"],
+                          [[str(t), *_cells(s)[:3]] for t, s in points if 0.4 <= t <= 1.0]))
+    return "\n\n".join(body)
+
+
+def _fusion(answers: bool, weight: float) -> str:
+    return f"{'question and answer' if answers else 'question'} cosine + {weight} x BM25"
+
+
+def _cells(measured: Score) -> list[str]:
+    return [fmt(100 * measured.coverage, ".0f", "%"), fmt(100 * measured.precision, ".0f", "%"),
+            fmt(100 * measured.novel_grounded, ".0f", "%"), f"{measured.covered} / {measured.uncovered}"]
+
+
+def measure(aliases: int, embedder: Embedder, app: ChatSettings) -> tuple[Tuned, dict[str, Score], list]:
+    with tempfile.TemporaryDirectory() as folder:
+        cache, groups = open_seeded(Path(folder), embedder)
+        entry_of = {group: entry_id for entry_id, group in groups.items()}
+        asked, confirmed = asked_and_aliases(aliases, set(entry_of))
+        for group, wordings in confirmed.items():
+            for wording in wordings:
+                cache.add_wording(entry_of[group], wording, created_by="bench")
+        probes = probe_all(cache, asked, set(entry_of), app.article_threshold)
+        cache.close()
+    tuned = tune(probes, groups)
+    shipped = GroundingPolicy(app.grounding_threshold, app.grounding_margin)
+    others = {
+        f"before: cosine >= {BEFORE_THRESHOLD}, no check": score(probes[False, 0.0], groups, None, "held-out"),
+        f"the app's defaults: {_fusion(app.match_answers, app.lexical_weight)}, threshold "
+        f"{app.grounding_threshold}, margin {app.grounding_margin}":
+            score(probes[app.match_answers, app.lexical_weight], groups, shipped, "held-out"),
+    }
+    return tuned, others, curve(probes[tuned.answers, tuned.weight], groups, tuned.margin, "held-out")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.retrieval", description=__doc__.split("\n")[0])
+    parser.add_argument("--aliases", default="0,2", help="confirmed wordings per group, comma-separated runs")
+    parser.add_argument("--out", type=Path, default=Path("docs/retrieval"))
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)  # MiniLM on one short question: a second thread only waits on a shared machine
+    embedder, app = Embedder.load(), ChatSettings()
+    runs, baselines, curves = {}, {}, {}
+    for aliases in (int(a) for a in args.aliases.split(",")):
+        runs[aliases], baselines[aliases], curves[aliases] = measure(aliases, embedder, app)
+    data = {str(a): {"tuned": asdict(t), **{k: asdict(v) for k, v in baselines[a].items()}} for a, t in runs.items()}
+    text = write_side_run(args.out, "Retrieval: aliases, hybrid match and the consistency check", embedder.name,
+                          report(runs, baselines, curves), "report.md", "results.json", data)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,99 @@
+"""Which approved answers ground a reply: the consistency check between the hybrid match and the article.
+
+A wrong approved answer in the prompt misleads the reply, so the best match grounds only when the evidence
+agrees: its score clears the threshold, and either it was answered with the help article chosen for this
+question (and the runner-up was not: siblings of one article are told apart by the margin alone) or it beats
+the runner-up entry by a margin. Otherwise it is a reference only, which changes
+speed and never the reply. An answer the chosen article already holds word for word is a reference only
+too: in the prompt it would only lengthen it (LLMA copies it from the article all the same).
+"""
+
+from dataclasses import dataclass, field
+
+from cache.records import Hit
+
+# A question this close to one of an entry's wordings was asked in words staff confirmed for it: that is
+# evidence enough, even beside a near-duplicate approved entry (which staff should merge).
+EXACT_WORDING = 0.98
+
+
+@dataclass(frozen=True)
+class GroundingPolicy:
+    """The thresholds, chosen on the tuning half of the shipped question groups (bench/retrieval.py)."""
+
+    threshold: float  # least fused score (best-wording cosine + weighted BM25) of the best match
+    margin: float  # how far the best must beat the runner-up when its article is not the chosen one
+    answers: int = 1  # approved answers put into the prompt, at most
+    token_budget: int = 384  # their answer tokens, at most
+
+
+@dataclass(frozen=True)
+class GroundingChoice:
+    """What the check decided for one question."""
+
+    grounding: list[Hit] = field(default_factory=list)  # into the prompt
+    references: list[Hit] = field(default_factory=list)  # agreeing approved answers kept out of the prompt
+    # why: "article agrees", "margin", "exact wording", "disagrees", "ambiguous" (a sibling of the same
+    # article too close), "below threshold", "in article"
+    reason: str = "no match"
+
+    @property
+    def matched(self) -> list[Hit]:
+        """Every approved answer the check accepted for this question, in the prompt or not."""
+        return [*self.grounding, *self.references]
+
+
+def choose_grounding(
+    matches: list[Hit], article_id: str | None, article_text: str | None, policy: GroundingPolicy
+) -> GroundingChoice:
+    """Decide from `matches` (hybrid scores, best first, approved entries only)."""
+    if policy.answers == 0 or not matches:
+        return GroundingChoice()
+    best = matches[0]
+    if best.score < policy.threshold:
+        return GroundingChoice(reason="below threshold")
+    runner_up = matches[1] if len(matches) > 1 else None
+    agrees = _answered_from(best, article_id)
+    # Two answers written from the chosen article (a sibling topic: "reset link missing" beside "reset my
+    # password") make the article no evidence for either: then only the margin decides.
+    sibling = runner_up is not None and agrees and _answered_from(runner_up, article_id)
+    beats = best.score - (runner_up.score if runner_up else -1.0) >= policy.margin
+    exact = (best.dense if best.dense is not None else best.score) >= EXACT_WORDING
+    if not (beats or exact) and (sibling or not agrees):
+        return GroundingChoice(reason="ambiguous" if sibling else "disagrees")
+    accepted = [best, *(hit for hit in matches[1:] if _also_grounds(hit, article_id, policy))][: policy.answers]
+    inside = [hit for hit in accepted if article_text and contains(article_text, hit.answer)]
+    rest = within_token_budget([hit for hit in accepted if hit not in inside], policy.token_budget)
+    reason = "in article" if inside and not rest else _why(agrees and not sibling, beats)
+    return GroundingChoice(grounding=rest, references=inside, reason=reason)
+
+
+def _why(article_decides: bool, beats: bool) -> str:
+    return "article agrees" if article_decides else ("margin" if beats else "exact wording")
+
+
+def _answered_from(hit: Hit, article_id: str | None) -> bool:
+    return article_id is not None and article_id in hit.article_ids
+
+
+def _also_grounds(hit: Hit, article_id: str | None, policy: GroundingPolicy) -> bool:
+    """A further answer (beyond the best) grounds when it clears the threshold and names no other article
+    than the chosen one."""
+    agrees = article_id is None or not hit.article_ids or article_id in hit.article_ids
+    return hit.score >= policy.threshold and agrees
+
+
+def contains(article_text: str, answer: str) -> bool:
+    """True when the article holds the answer's text, whatever the spacing and case."""
+    answer = " ".join(answer.lower().split())
+    return bool(answer) and answer in " ".join(article_text.lower().split())
+
+
+def within_token_budget(candidates: list[Hit], budget: int) -> list[Hit]:
+    """The candidates, best first, whose answers fit together in `budget` tokens (one too long is skipped)."""
+    chosen = []
+    for hit in candidates:
+        if len(hit.answer_ids) <= budget:
+            chosen.append(hit)
+            budget -= len(hit.answer_ids)
+    return chosen
