@@ -16,6 +16,7 @@ from pathlib import Path
 import faiss
 import httpx
 
+from decoding.hardware import cpu_features
 from tests.threads import TEST_THREADS
 
 REPO = Path(__file__).resolve().parents[2]
@@ -68,8 +69,11 @@ def launch(data_dir: Path, log: Path, max_new_tokens: int = 16, **extra_env: str
         "CHATBOT_DATA_DIR": str(data_dir), "CHATBOT_PORT": str(port), "CHATBOT_MAX_NEW_TOKENS": str(max_new_tokens),
         "CHATBOT_THREADS": str(TEST_THREADS), "GRADIO_ANALYTICS_ENABLED": "False",
         "GRADIO_TEMP_DIR": str(data_dir.parent / "gradio"), "PYTHONUNBUFFERED": "1",
-        # A given width: measuring one (4 s of every start) is tested in tests/chatbot/test_deployment.py.
+        # A given width and weight format: measuring them (about 20 s of every start for the three formats) is
+        # tested in tests/chatbot/test_deployment.py and tests/decoding/test_packed.py. int4 is what `auto` chose
+        # on the CPUs with bf16 seen so far; int formats need bf16 activations.
         "CHATBOT_STEP_WIDTH": "4",
+        "CHATBOT_WEIGHTS": "int4" if cpu_features().has_bf16 else "dense",
         **extra_env,
     })
     with open(log, "a") as out:
