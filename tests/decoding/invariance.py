@@ -69,11 +69,16 @@ def block_logits(model, ids: list[int], prompt_len: int, steps: StepConfig, shif
     return rows
 
 
-def differing_positions(model, ids: list[int], prompt_len: int, steps: StepConfig) -> list[tuple[int, int]]:
-    """(position, row) wherever a block row's logits are not bit-identical to the greedy step's."""
+def differing_positions(
+    model, ids: list[int], prompt_len: int, steps: StepConfig, shifts: range | None = None
+) -> list[tuple[int, int]]:
+    """(position, row) wherever a block row's logits are not bit-identical to the greedy step's.
+
+    Every shift puts every position at another row; `shifts` may take some of them only: each still puts every
+    row j of a block on many positions, so every row is checked, on fewer (position, row) pairs."""
     greedy = greedy_step_logits(model, ids, prompt_len, steps)
     differing = []
-    for shift in range(steps.width):
+    for shift in shifts if shifts is not None else range(steps.width):
         rows = block_logits(model, ids, prompt_len, steps, shift)
         for i, (ours, theirs) in enumerate(zip(rows, greedy, strict=True)):
             if not torch.equal(ours, theirs):

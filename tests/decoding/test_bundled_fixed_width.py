@@ -60,8 +60,10 @@ def test_logits_are_bit_identical_in_every_row_of_a_block(bundled_bf16):
     text = " ".join(f"Q: {q} A: Open Settings, then Security, and follow the steps shown." for q in QUESTIONS * 4)
     ids = tokenizer(text)["input_ids"][:300]  # positions grow past several hundred tokens
     assert len(ids) == 300
-    # 70 positions from 230 on: every row of a block, across the key granule at 256
-    assert differing_positions(model, ids, 230, steps) == []
+    # 70 positions from 230 on: every row of a block, across the key granule at 256; at most 4 shifts a width
+    # (every row still lands on ~17 positions at W=16), which keeps W=16 within the suite's budget
+    shifts = range(0, steps.width, max(1, steps.width // 4))
+    assert differing_positions(model, ids, 230, steps, shifts) == []
 
 
 def test_llma_equals_fixed_width_decoding_under_the_apps_rule_with_hostile_references(bundled_bf16):
