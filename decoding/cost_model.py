@@ -10,7 +10,7 @@ import math
 import os
 import platform
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
@@ -156,16 +156,30 @@ def choose_step_width(model, cache_file: Path | None = None) -> int | None:
     """
     if not wants_fixed_width(model):
         return None
+    return chosen_step(model, cache_file).width
+
+
+@dataclass(frozen=True)
+class ChosenStep:
+    """The step width chosen for a packed model, and what one step that wide cost when it was chosen."""
+
+    width: int
+    seconds: float | None  # None: chosen by an earlier start that kept only the width
+
+
+def chosen_step(model, cache_file: Path | None = None) -> ChosenStep:
+    """choose_step_width's measurement, kept in `cache_file`: the width and its step's seconds, which
+    choose_weights compares across formats."""
     key = machine_key(model) + "|step-width"
     stored = _read(cache_file)
     if key in stored:
-        return int(stored[key])
+        return ChosenStep(int(stored[key]), stored.get(machine_key(model) + "|step-seconds"))
     cost = {n: measure_cost_curve(model, steps=StepConfig(n, 512), repeats=7).seconds[0] for n in (1, *STEP_WIDTHS)}
     flat = [w for w in STEP_WIDTHS if cost[w] <= FLAT_TOLERANCE * cost[1]]
     width = max(flat) if flat else min(STEP_WIDTHS)
     _store(cache_file, key, width)
-    _store(cache_file, machine_key(model) + "|step-seconds", cost[width])  # what choose_weights compares
-    return width
+    _store(cache_file, machine_key(model) + "|step-seconds", cost[width])
+    return ChosenStep(width, cost[width])
 
 
 def weight_formats(model: torch.nn.Module) -> list[str]:
@@ -192,12 +206,8 @@ def choose_weights(model: torch.nn.Module, cache_file: Path | None = None) -> st
     step_seconds = {}
     for weights in formats:
         packed = PackedLlama(source, weights=weights)
-        width = choose_step_width(packed, cache_file)
-        stored = _read(cache_file).get(machine_key(packed) + "|step-seconds")
-        step_seconds[weights] = stored if stored is not None else _step_seconds(packed, width)
+        step = chosen_step(packed, cache_file)
+        if step.seconds is None:  # an earlier start kept the width only: time that one width
+            step = replace(step, seconds=measure_cost_curve(packed, steps=StepConfig(step.width, 512)).seconds[0])
+        step_seconds[weights] = step.seconds
     return min(formats, key=step_seconds.__getitem__)
-
-
-def _step_seconds(packed: PackedLlama, width: int) -> float:
-    """One `width`-wide step of `packed`, timed here, where no cost file kept what choose_step_width measured."""
-    return measure_cost_curve(packed, steps=StepConfig(width, 512), repeats=7).seconds[0]

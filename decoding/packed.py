@@ -171,13 +171,13 @@ class PackedLlama:
         x = F.embedding(torch.cat([lane.ids for lane in lanes]) if len(lanes) > 1 else lanes[0].ids, self.embed)
         for i, layer in enumerate(self.layers):  # x: (sum T_i, hidden)
             h = F.rms_norm(x, x.shape[-1:], layer.input_norm, self.eps)
-            qkv = self._linear(h, layer.qkv, layer.qkv_bias)
+            qkv = layer.qkv(h, layer.qkv_bias)
             parts = [self._attend(i, layer, rows, ctx) for rows, ctx in zip(qkv.split(sizes), contexts, strict=True)]
-            x = x + self._linear(parts[0] if len(parts) == 1 else torch.cat(parts), layer.o, layer.o_bias)
+            x = x + layer.o(parts[0] if len(parts) == 1 else torch.cat(parts), layer.o_bias)
             x = x + self._mlp(layer, F.rms_norm(x, x.shape[-1:], layer.post_norm, self.eps))
         if last_only:
             x, sizes = x[torch.tensor(sizes).cumsum(0) - 1], [1] * len(lanes)
-        logits = self._linear(F.rms_norm(x, x.shape[-1:], self.norm, self.eps), self.head)
+        logits = self.head(F.rms_norm(x, x.shape[-1:], self.norm, self.eps))
         return list(logits.split(sizes))
 
     # --- one layer --------------------------------------------------------------------------------
@@ -208,11 +208,8 @@ class PackedLlama:
         return out.view(heads, n_tokens, dim).transpose(0, 1).reshape(n_tokens, heads * dim)
 
     def _mlp(self, layer: PackedLayer, h: torch.Tensor) -> torch.Tensor:
-        gate_up = self._linear(h, layer.gate_up)
-        return self._linear(F.silu(gate_up[:, : self.intermediate]) * gate_up[:, self.intermediate :], layer.down)
-
-    def _linear(self, x: torch.Tensor, weight: Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
-        return weight(x, bias)
+        gate_up = layer.gate_up(h)
+        return layer.down(F.silu(gate_up[:, : self.intermediate]) * gate_up[:, self.intermediate :])
 
     def _mask(self, start: int, n_tokens: int, key_len: int, window: int | None) -> torch.Tensor:
         """(T, key_len) booleans: row t sees keys at positions <= start + t (and within the window)."""
