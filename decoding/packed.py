@@ -9,36 +9,27 @@ transformers' (other kernels, other summation orders), only to its own: greedy a
 LLMA equals this engine's greedy. tests/decoding/test_packed.py checks it against transformers in fp32
 and, bit for bit, against itself in every row of a W-wide block.
 
-torch.compile was measured on the same step and rejected here: 38-44 s to compile and 48-56 ms a step,
-twice this eager forward, with or without freezing (torch 2.13, AMD EPYC without AMX).
+The layers run under TorchScript (DecoderLayers): the same aten calls, so the same bits, without Python
+between them. torch.compile was measured on the same step and rejected: 38-44 s to compile and 48-56 ms a
+step, twice the eager forward, with or without freezing (torch 2.13, AMD EPYC without AMX).
 """
 
+import logging
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 import torch.nn.functional as F
 
 from .steps import StepConfig
-from .weights import Weight, format_refusal, pack_weight
+from .weights import Weight, format_refusal, pack_weight, product
+
+logger = logging.getLogger(__name__)
 
 PACKABLE_TYPES = ("llama", "mistral", "qwen2")  # pre-norm, SiLU-gated MLP, rotary attention: one code path
 PACKED_DTYPES = (torch.float32, torch.bfloat16)
-
-
-@dataclass(frozen=True)
-class PackedLayer:
-    """One decoder layer's weights, fused and laid out for the device's kernels."""
-
-    qkv: Weight  # q, k and v projections stacked: one product
-    qkv_bias: torch.Tensor | None
-    o: Weight
-    o_bias: torch.Tensor | None
-    gate_up: Weight  # gate and up projections stacked
-    down: Weight
-    input_norm: torch.Tensor
-    post_norm: torch.Tensor
-    window: int | None  # sliding-window attention: keys at most this many positions back
 
 
 @dataclass
@@ -79,7 +70,99 @@ class _LaneContext:
     lane: Lane
     cos: torch.Tensor
     sin: torch.Tensor
-    masks: dict[int | None, torch.Tensor]  # by sliding window (None: full attention)
+    masks: list[torch.Tensor]  # one per attention kind of the model (PackedLlama.windows)
+
+
+class DecoderLayers(torch.nn.Module):
+    """Every decoder layer's arithmetic over the stacked rows of one or more lanes; run under TorchScript.
+
+    The layer products (q/k/v, o, gate/up, down) run once over all rows; attention runs per lane over its own
+    cache. These are the aten calls the eager Python forward made before, with the same arguments, so the same
+    bits (compared on every architecture, dtype and weight format when it was switched); what TorchScript takes
+    away is Python between the calls: a two-row int4 step of the bundled model (30 layers of some 25 calls)
+    went from 16.1 to 13.3 ms, side by side, 2 threads, Intel Xeon without AMX.
+    """
+
+    kernel: int
+    qkv: list[torch.Tensor]  # q, k and v projections stacked: one product
+    qkv_scales: list[torch.Tensor]
+    qkv_bias: list[Optional[torch.Tensor]]  # noqa: UP045 (TorchScript reads Optional)
+    o: list[torch.Tensor]
+    o_scales: list[torch.Tensor]
+    o_bias: list[Optional[torch.Tensor]]  # noqa: UP045
+    gate_up: list[torch.Tensor]  # gate and up projections stacked
+    gate_up_scales: list[torch.Tensor]
+    down: list[torch.Tensor]
+    down_scales: list[torch.Tensor]
+    input_norm: list[torch.Tensor]
+    post_norm: list[torch.Tensor]
+    mask_kind: list[int]  # which of a lane's masks the layer attends with (PackedLlama.windows)
+
+    def __init__(self, model: "PackedLlama", layers: Sequence[torch.nn.Module], mask_kind: list[int]) -> None:
+        super().__init__()
+        attn = [layer.self_attn for layer in layers]
+        mlp = [layer.mlp for layer in layers]
+        qkv = [model.pack(torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight])) for a in attn]
+        o = [model.pack(a.o_proj.weight) for a in attn]
+        gate_up = [model.pack(torch.cat([m.gate_proj.weight, m.up_proj.weight])) for m in mlp]
+        down = [model.pack(m.down_proj.weight) for m in mlp]
+        self.kernel = qkv[0].kernel
+        self.qkv, self.qkv_scales = [w.data for w in qkv], [w.scales for w in qkv]
+        self.qkv_bias = [_qkv_bias(a) for a in attn]
+        self.o, self.o_scales = [w.data for w in o], [w.scales for w in o]
+        self.o_bias = [_detached(a.o_proj.bias) for a in attn]
+        self.gate_up, self.gate_up_scales = [w.data for w in gate_up], [w.scales for w in gate_up]
+        self.down, self.down_scales = [w.data for w in down], [w.scales for w in down]
+        self.input_norm = [layer.input_layernorm.weight.detach() for layer in layers]
+        self.post_norm = [layer.post_attention_layernorm.weight.detach() for layer in layers]
+        self.mask_kind = mask_kind
+        self.heads, self.kv_heads, self.head_dim = model.n_heads, model.n_kv_heads, model.head_dim
+        self.intermediate, self.eps, self.scaling = model.intermediate, model.eps, model.scaling
+
+    def forward(
+        self, x: torch.Tensor, sizes: list[int], starts: list[int], key_lens: list[int],
+        keys: list[list[torch.Tensor]], values: list[list[torch.Tensor]],
+        cos: list[torch.Tensor], sin: list[torch.Tensor], masks: list[list[torch.Tensor]],
+    ) -> torch.Tensor:
+        """x (sum of sizes, hidden) through every layer; lane j's rows are the j-th `sizes` rows of x."""
+        hidden = [x.shape[-1]]
+        for i in range(len(self.qkv)):
+            h = F.rms_norm(x, hidden, self.input_norm[i], self.eps)
+            qkv = product(self.kernel, h, self.qkv[i], self.qkv_scales[i], self.qkv_bias[i])
+            parts = qkv.split(sizes)
+            attended = [
+                self.attend(parts[j], starts[j], key_lens[j], keys[j][i], values[j][i], cos[j], sin[j],
+                            masks[j][self.mask_kind[i]])
+                for j in range(len(sizes))
+            ]
+            rows = attended[0] if len(attended) == 1 else torch.cat(attended)
+            x = x + product(self.kernel, rows, self.o[i], self.o_scales[i], self.o_bias[i])
+            h = F.rms_norm(x, hidden, self.post_norm[i], self.eps)
+            gate_up = product(self.kernel, h, self.gate_up[i], self.gate_up_scales[i], None)
+            gated = F.silu(gate_up[:, : self.intermediate]) * gate_up[:, self.intermediate :]
+            x = x + product(self.kernel, gated, self.down[i], self.down_scales[i], None)
+        return x
+
+    def attend(
+        self, qkv: torch.Tensor, start: int, key_len: int, keys: torch.Tensor, values: torch.Tensor,
+        cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor,
+    ) -> torch.Tensor:
+        """One lane's attention (T, heads * dim) from its rows of the q/k/v product, over its own cache."""
+        n_tokens, heads, kv_heads, dim = qkv.shape[0], self.heads, self.kv_heads, self.head_dim
+        # q and k take the same rotation, so they are rotated together: (T, heads + kv_heads, dim), and
+        # rotate_half(x) * sin is roll(x, half) * signed sin (PackedLlama._rotary_tables).
+        qk = qkv[:, : (heads + kv_heads) * dim].view(n_tokens, heads + kv_heads, dim)
+        qk = torch.addcmul(qk * cos, qk.roll(dim // 2, -1), sin)
+        v = qkv[:, (heads + kv_heads) * dim :].view(n_tokens, kv_heads, dim)
+        keys[0, :, start : start + n_tokens] = qk[:, heads:].transpose(0, 1)
+        values[0, :, start : start + n_tokens] = v.transpose(0, 1)
+        # The q heads sharing a kv head are stacked as rows of one query (kv_heads, group * T, dim): one
+        # product of more rows per kv head runs faster than one per q head (108 vs 138 us at 320 keys).
+        q = qk[:, :heads].transpose(0, 1).reshape(1, kv_heads, heads // kv_heads * n_tokens, dim)
+        out = F.scaled_dot_product_attention(
+            q, keys[:, :, :key_len], values[:, :, :key_len], attn_mask=mask, scale=self.scaling
+        )  # (1, kv_heads, group * T, dim)
+        return out.view(heads, n_tokens, dim).transpose(0, 1).reshape(n_tokens, heads * dim)
 
 
 def packing_refusal(model: torch.nn.Module) -> str | None:
@@ -124,8 +207,11 @@ class PackedLlama:
         self.scaling = attn.scaling
         self.eps = cfg.rms_norm_eps
         self.intermediate = inner.layers[0].mlp.gate_proj.weight.shape[0]
-        self.layers = [self._pack_layer(layer, i) for i, layer in enumerate(inner.layers)]
-        self._windows = {layer.window for layer in self.layers}
+        self.n_layers = len(inner.layers)
+        layer_windows = [_window(cfg, i) for i in range(self.n_layers)]
+        self.windows = list(dict.fromkeys(layer_windows))  # the attention kinds: sliding windows, None for full
+        mask_kind = [self.windows.index(window) for window in layer_windows]
+        self.decoder = _scripted(DecoderLayers(self, inner.layers, mask_kind))
         self.embed = inner.embed_tokens.weight.detach()
         self.norm = inner.norm.weight.detach()
         # The head stays in 8 bits under int4: the bundled GGUF stores it (the tied embedding) as Q8_0.
@@ -141,7 +227,7 @@ class PackedLlama:
         # Zeros, not empty: masked keys still enter the products, and 0 x NaN would poison a row.
         shape = (1, self.n_kv_heads, cache_len, self.head_dim)  # SDPA's fast CPU kernel wants 4-d inputs
         def zeros() -> list[torch.Tensor]:
-            return [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in self.layers]
+            return [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(self.n_layers)]
         return KvCache(zeros(), zeros())
 
     def forward(
@@ -169,12 +255,11 @@ class PackedLlama:
         sizes = [lane.ids.shape[0] for lane in lanes]
         contexts = [self._lane_context(lane) for lane in lanes]
         x = F.embedding(torch.cat([lane.ids for lane in lanes]) if len(lanes) > 1 else lanes[0].ids, self.embed)
-        for i, layer in enumerate(self.layers):  # x: (sum T_i, hidden)
-            h = F.rms_norm(x, x.shape[-1:], layer.input_norm, self.eps)
-            qkv = layer.qkv(h, layer.qkv_bias)
-            parts = [self._attend(i, layer, rows, ctx) for rows, ctx in zip(qkv.split(sizes), contexts, strict=True)]
-            x = x + layer.o(parts[0] if len(parts) == 1 else torch.cat(parts), layer.o_bias)
-            x = x + self._mlp(layer, F.rms_norm(x, x.shape[-1:], layer.post_norm, self.eps))
+        x = self.decoder(
+            x, sizes, [lane.start for lane in lanes], [lane.key_len for lane in lanes],
+            [lane.cache.keys for lane in lanes], [lane.cache.values for lane in lanes],
+            [ctx.cos for ctx in contexts], [ctx.sin for ctx in contexts], [ctx.masks for ctx in contexts],
+        )  # (sum T_i, hidden)
         if last_only:
             x, sizes = x[torch.tensor(sizes).cumsum(0) - 1], [1] * len(lanes)
         logits = self.head(F.rms_norm(x, x.shape[-1:], self.norm, self.eps))
@@ -186,39 +271,18 @@ class PackedLlama:
         n_tokens = lane.ids.shape[0]
         cos, sin = self._rotary_tables(lane.start, n_tokens, lane.cache.cache_len)
         group = self.n_heads // self.n_kv_heads
-        masks = {w: self._mask(lane.start, n_tokens, lane.key_len, w).repeat(group, 1) for w in self._windows}
+        masks = [self._mask(lane.start, n_tokens, lane.key_len, w).repeat(group, 1) for w in self.windows]
         return _LaneContext(lane, cos, sin, masks)
 
-    def _attend(self, i: int, layer: PackedLayer, qkv: torch.Tensor, ctx: "_LaneContext") -> torch.Tensor:
-        """One lane's attention (T, heads * dim) from its rows of the q/k/v product, over its own cache."""
-        n_tokens, heads, kv_heads, dim = qkv.shape[0], self.n_heads, self.n_kv_heads, self.head_dim
-        # q and k take the same rotation, so they are rotated together: (T, heads + kv_heads, dim).
-        qk = _rotate(qkv[:, : (heads + kv_heads) * dim].view(n_tokens, heads + kv_heads, dim), ctx.cos, ctx.sin)
-        v = qkv[:, (heads + kv_heads) * dim :].view(n_tokens, kv_heads, dim)
-        start, end, key_len = ctx.lane.start, ctx.lane.start + n_tokens, ctx.lane.key_len
-        keys, values = ctx.lane.cache.keys[i], ctx.lane.cache.values[i]
-        keys[0, :, start:end] = qk[:, heads:].transpose(0, 1)
-        values[0, :, start:end] = v.transpose(0, 1)
-        # The q heads sharing a kv head are stacked as rows of one query (kv_heads, group * T, dim): one
-        # product of more rows per kv head runs faster than one per q head (108 vs 138 us at 320 keys).
-        q = qk[:, :heads].transpose(0, 1).reshape(1, kv_heads, heads // kv_heads * n_tokens, dim)
-        out = F.scaled_dot_product_attention(
-            q, keys[:, :, :key_len], values[:, :, :key_len], attn_mask=ctx.masks[layer.window], scale=self.scaling
-        )  # (1, kv_heads, group * T, dim)
-        return out.view(heads, n_tokens, dim).transpose(0, 1).reshape(n_tokens, heads * dim)
-
-    def _mlp(self, layer: PackedLayer, h: torch.Tensor) -> torch.Tensor:
-        gate_up = layer.gate_up(h)
-        return layer.down(F.silu(gate_up[:, : self.intermediate]) * gate_up[:, self.intermediate :])
-
     def _mask(self, start: int, n_tokens: int, key_len: int, window: int | None) -> torch.Tensor:
-        """(T, key_len) booleans: row t sees keys at positions <= start + t (and within the window)."""
+        """(T, key_len) to add to the scores: 0 where row t sees the key (positions <= start + t, within the
+        window), -inf elsewhere. SDPA turns a boolean mask into this on every call (same bits, measured)."""
         keys = torch.arange(key_len, device=self.device)
         positions = torch.arange(start, start + n_tokens, device=self.device)[:, None]
-        visible = keys <= positions
+        hidden = keys > positions
         if window is not None:
-            visible &= keys > positions - window
-        return visible
+            hidden |= keys <= positions - window
+        return torch.zeros(hidden.shape, dtype=self.dtype, device=self.device).masked_fill_(hidden, float("-inf"))
 
     def _rotary_tables(self, start: int, n_tokens: int, cache_len: int) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and signed sin (T, 1, dim) for the positions, from the model's own rotary module (any rope type)."""
@@ -234,29 +298,32 @@ class PackedLlama:
 
     # --- packing ----------------------------------------------------------------------------------
 
-    def _pack_layer(self, layer: torch.nn.Module, index: int) -> PackedLayer:
-        attn, mlp = layer.self_attn, layer.mlp
-        projections = (attn.q_proj, attn.k_proj, attn.v_proj)
-        biases = [p.bias for p in projections]
-        return PackedLayer(
-            qkv=self._pack(torch.cat([p.weight for p in projections])),
-            qkv_bias=torch.cat(biases).detach() if all(b is not None for b in biases) else None,
-            o=self._pack(attn.o_proj.weight),
-            o_bias=attn.o_proj.bias.detach() if attn.o_proj.bias is not None else None,
-            gate_up=self._pack(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])),
-            down=self._pack(mlp.down_proj.weight),
-            input_norm=layer.input_layernorm.weight.detach(),
-            post_norm=layer.post_attention_layernorm.weight.detach(),
-            window=_window(self.source.config, index),
-        )
-
-    def _pack(self, weight: torch.Tensor) -> Weight:
+    def pack(self, weight: torch.Tensor) -> Weight:
+        """`weight` held in this forward's format, laid out for its kernel."""
         return pack_weight(weight, self.weights, self._onednn, self._width_hint)
 
 
-def _rotate(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
-    """Rotary embedding, x * cos + rotate_half(x) * sin, in two calls."""
-    return torch.addcmul(x * cos, x.roll(x.shape[-1] // 2, -1), signed_sin)
+def _scripted(layers: DecoderLayers) -> torch.nn.Module:
+    """`layers` under TorchScript, or as they are (eager Python, the same bits, slower) where it is gone.
+
+    TorchScript is deprecated in favour of torch.compile, which was measured slower here (module docstring);
+    its deprecation warning says nothing a user can act on, so it is not shown."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*torch.jit.script.*deprecated", category=DeprecationWarning)
+        try:
+            return torch.jit.script(layers)
+        except Exception as error:  # a torch without TorchScript, or one that cannot compile these layers
+            logger.warning("decoder layers run in eager Python (TorchScript failed: %s)", error)
+            return layers
+
+
+def _qkv_bias(attn: torch.nn.Module) -> torch.Tensor | None:
+    biases = [attn.q_proj.bias, attn.k_proj.bias, attn.v_proj.bias]
+    return torch.cat(biases).detach() if all(b is not None for b in biases) else None
+
+
+def _detached(bias: torch.Tensor | None) -> torch.Tensor | None:
+    return bias.detach() if bias is not None else None
 
 
 def _window(config, layer_index: int) -> int | None:

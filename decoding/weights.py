@@ -13,52 +13,50 @@ tests), which is what keeps LLMA identical to greedy in the same format.
 """
 
 from dataclasses import dataclass
+from typing import Optional, Union
 
 import torch
 
 WEIGHT_FORMATS = ("dense", "int8", "int4")
 INT4_GROUP = 32  # inputs sharing one scale and offset: Q4_1's block, so the bundled model's weights are exact
 INT4_ROWS = 16  # the int4 kernel packs output channels in sixteens
+_NO_SCALES = torch.empty(0)
+
+
+# The kernel a weight runs on. Plain ints, because the scripted decoder layers (decoding/packed.py) branch on them.
+ONEDNN = 0  # the model's dtype, prepacked for oneDNN: reordered once instead of on every call
+PLAIN = 1  # the model's dtype as it is (off the CPU)
+INT8 = 2  # int8 (N, K), a scale per output channel: w = q * scale
+INT4 = 3  # 4 bits packed for the CPU kernel, a scale and an offset per INT4_GROUP inputs: w = (q - 8) * d + z
 
 
 @dataclass(frozen=True)
-class DenseWeight:
-    """The weight in the model's dtype; on a CPU prepacked for oneDNN, reordered once instead of every call."""
+class Weight:
+    """One weight (N, K) held for `kernel`: `data`, and for the int kernels its `scales` in the activations' dtype
+    ((N,) for int8; (K / group, N, 2) scales and offsets for int4; empty for the dense kernels)."""
 
-    weight: torch.Tensor
-    onednn: bool
-
-    def __call__(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-        if self.onednn:
-            return torch.ops.mkldnn._linear_pointwise(x, self.weight, bias, "none", [None], "")
-        return torch.nn.functional.linear(x, self.weight, bias)
-
-
-@dataclass(frozen=True)
-class Int8Weight:
-    """int8 weights (N, K) with a scale per output channel: w = q * scale."""
-
-    q: torch.Tensor
-    scales: torch.Tensor  # (N,), in the activations' dtype
+    kernel: int
+    data: torch.Tensor
+    scales: torch.Tensor
 
     def __call__(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-        y = torch.ops.aten._weight_int8pack_mm(x, self.q, self.scales)
-        return y if bias is None else y + bias
+        return product(self.kernel, x, self.data, self.scales, bias)
 
 
-@dataclass(frozen=True)
-class Int4Weight:
-    """4-bit weights packed for the CPU kernel, a scale and an offset per INT4_GROUP inputs: w = (q - 8) * d + z."""
-
-    packed: torch.Tensor
-    scales_and_zeros: torch.Tensor  # (K / group, N, 2), in the activations' dtype
-
-    def __call__(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-        y = torch.ops.aten._weight_int4pack_mm_for_cpu(x, self.packed, INT4_GROUP, self.scales_and_zeros)
-        return y if bias is None else y + bias
-
-
-Weight = DenseWeight | Int8Weight | Int4Weight
+def product(kernel: int, x: torch.Tensor, data: torch.Tensor, scales: torch.Tensor,
+            bias: Optional[torch.Tensor]) -> torch.Tensor:  # noqa: UP045 (TorchScript reads Optional, not "| None")
+    """x @ w.T (+ bias) on the weight's kernel. Written for TorchScript too: the scripted decoder layers compile it."""
+    # TorchScript reads no module-level names, so the kernels and INT4_GROUP are spelled out.
+    if kernel == 0:  # ONEDNN; its list of scalars for a fused activation (none here) is typed for TorchScript
+        no_scalars: list[Optional[Union[int, float, complex]]] = [None]  # noqa: UP007, UP045
+        return torch.ops.mkldnn._linear_pointwise(x, data, bias, "none", no_scalars, "")
+    if kernel == 1:  # PLAIN
+        return torch.nn.functional.linear(x, data, bias)
+    if kernel == 2:  # INT8
+        y = torch.ops.aten._weight_int8pack_mm(x, data, scales)
+    else:  # INT4
+        y = torch.ops.aten._weight_int4pack_mm_for_cpu(x, data, 32, scales)
+    return y if bias is None else y + bias
 
 
 def format_refusal(weights: str, dtype: torch.dtype, device: torch.device) -> str | None:
@@ -90,19 +88,19 @@ def pack_weight(weight: torch.Tensor, weights: str, onednn: bool, width_hint: in
     if weights == "int4":
         return int4_weight(weight)
     if onednn:
-        return DenseWeight(torch.ops.mkldnn._reorder_linear_weight(weight, width_hint), True)
-    return DenseWeight(weight, False)
+        return Weight(ONEDNN, torch.ops.mkldnn._reorder_linear_weight(weight, width_hint), _NO_SCALES)
+    return Weight(PLAIN, weight, _NO_SCALES)
 
 
-def int8_weight(weight: torch.Tensor) -> Int8Weight:
+def int8_weight(weight: torch.Tensor) -> Weight:
     """Symmetric int8 per output channel, scaled so the channel's largest weight is 127."""
     w = weight.float()
     scales = (w.abs().amax(1) / 127).clamp(min=torch.finfo(torch.float32).tiny)
     q = torch.round(w / scales[:, None]).clamp(-127, 127).to(torch.int8)
-    return Int8Weight(q, scales.to(weight.dtype))
+    return Weight(INT8, q, scales.to(weight.dtype))
 
 
-def int4_weight(weight: torch.Tensor) -> Int4Weight:
+def int4_weight(weight: torch.Tensor) -> Weight:
     """Asymmetric int4 per group of INT4_GROUP inputs: the group's minimum is level 0, its maximum level 15.
 
     Q4_1 stores exactly such groups (an offset at the minimum and a step of (max - min) / 15), so weights read
@@ -118,4 +116,4 @@ def int4_weight(weight: torch.Tensor) -> Int4Weight:
     packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1)
     # The kernel computes (q - 8) * d + z, so the offset z sits at level 8.
     scales_and_zeros = torch.stack([step.t(), (low + 8 * step).t()], -1).to(weight.dtype).contiguous()
-    return Int4Weight(packed, scales_and_zeros)
+    return Weight(INT4, packed, scales_and_zeros)

@@ -169,6 +169,12 @@ def test_unsupported_models_keep_transformers_forward():
     assert "float16" in packing_refusal(half)
 
 
+@pytest.mark.parametrize("weights", ["dense", *INT_FORMATS])
+def test_the_decoder_layers_run_under_torchscript(weights):
+    """Eager Python is only the fallback for a torch without TorchScript: here the layers must be scripted."""
+    assert isinstance(tiny_packed("qwen2", torch.bfloat16, weights=weights).decoder, torch.jit.ScriptModule)
+
+
 def test_a_block_past_the_packed_cache_or_across_a_granule_is_refused():
     model = tiny_packed("llama", torch.float32)
     runner = open_runner(model, StepConfig(8, cache_len=32, key_granule=16))
