@@ -187,6 +187,10 @@ class Decoder:
         return self.engine.weights
 
     @property
+    def padded_steps(self) -> bool:
+        return self.engine.padded_steps
+
+    @property
     def hf_dtype(self) -> str:
         return str(next(self.hf_model.parameters()).dtype)
 

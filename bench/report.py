@@ -251,6 +251,8 @@ def header_section(results: Results) -> str:
     s, m, model = results.settings, results.machine, results.model
     phases = ", ".join(f"{name} {secs:.0f} s" for name, secs in results.phase_seconds.items())
     steps = f"{model.step_width}-wide decode steps" if model.step_width else "one-token decode steps"
+    if model.step_width and not model.padded_steps:
+        steps += " (short ones unpadded)"
     hf = f", transformers generate (hf_*) in {model.hf_dtype}" if model.hf_dtype else ""
     weights = f", {model.weights} weights" if model.weights != "dense" else ""
     lines = [

@@ -141,6 +141,7 @@ class ModelInfo:
     hf_dtype: str = ""  # of transformers' generate (hf_greedy, hf_prompt_lookup)
     forward: str = "transformers"  # the engine's forward: "packed" (decoding/packed.py) or transformers'
     weights: str = "dense"  # the packed forward's weight format: "dense" (the dtype), "int8" or "int4"
+    padded_steps: bool = True  # short blocks padded to the width (False: measured to keep their bits unpadded)
 
 
 @dataclass

@@ -67,6 +67,7 @@ class ReplyMeter:
             finished=result.stop_reason is not None, stop_reason=result.stop_reason or "",
             repetition=self.repetition.to_json(), max_new_tokens=self.max_new_tokens,
             step_width=turn.steps.width, cache_len=turn.steps.cache_len if turn.steps.width else None,
+            padded_steps=turn.steps.padded,
             forward=self.engine.forward, weights=self.engine.weights,
             shared_with=round(sharing.mean_others, 2) if sharing else 0.0,
         )

@@ -311,7 +311,9 @@ def open_scheduler(engine: Engine, max_concurrent_replies: int) -> Scheduler | N
     on transformers' forward, or when one reply at a time is asked for (as before continuous batching)."""
     if engine.forward != "packed" or max_concurrent_replies == 1:
         return None
-    return Scheduler.checked(engine.model, engine.step_width, max_concurrent_replies)
+    return Scheduler.checked(
+        engine.model, engine.step_width, max_concurrent_replies, short_lanes=not engine.padded_steps
+    )
 
 
 def open_cache(data_dir: str | Path, db_url: str | None, max_entries: int) -> AnswerCache:

@@ -49,13 +49,16 @@ class ReplyStats:
     max_new_tokens: int = 0  # the budget it was decoded with (0: not recorded)
     step_width: int | None = None  # every decode forward this wide (None: one-token steps)
     cache_len: int | None = None  # the preallocated KV cache of W-wide steps
+    padded_steps: bool = True  # short blocks padded to W (False: unpadded, measured to keep every row's bits)
     forward: str = "transformers"  # "packed" (decoding/packed.py) or transformers' (every reply before it)
     weights: str = "dense"  # the packed forward's weight format: "dense" (the dtype; every reply before it), int8, int4
     shared_with: float = 0.0  # other replies in each of its decode forwards, on average (0: it decoded alone)
 
     def steps(self) -> StepConfig:
         """The decode step shape this reply ran with, so that a rerun of greedy decoding is bit-comparable."""
-        return StepConfig(self.step_width, self.cache_len) if self.step_width else ONE_TOKEN_STEPS
+        if not self.step_width:
+            return ONE_TOKEN_STEPS
+        return StepConfig(self.step_width, self.cache_len, padded=self.padded_steps)
 
     def rule(self) -> RepetitionRule:
         """The decoding rule this reply equals, so that Verify reruns the same one."""

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+from .batch_probe import short_blocks_keep_their_bits
 from .cost_model import choose_step_width, choose_weights
 from .hardware import cpu_features
 from .model_loading import load_model
@@ -65,6 +66,7 @@ class Engine:
     tokenizer: object
     model_id: str
     step_width: int | None  # every decode forward this wide; None: one-token steps (never "auto" here)
+    padded_steps: bool = True  # short blocks padded to the width (False where measured needless: StepConfig)
 
     @property
     def forward(self) -> str:
@@ -86,11 +88,13 @@ class Engine:
 
     def steps(self, prompt_len: int, max_new_tokens: int) -> StepConfig:
         """The shape of every decode forward for this prompt and reply budget (greedy and LLMA alike)."""
-        return sized_steps(self.step_width, prompt_len, max_new_tokens)
+        return sized_steps(self.step_width, prompt_len, max_new_tokens, self.padded_steps)
 
     def describe(self) -> str:
         """The engine line printed at start, e.g. "bfloat16 on cpu, packed forward, 4-wide decode steps (CPU)"."""
         steps = f"{self.step_width}-wide decode steps" if self.step_width else "one-token decode steps"
+        if self.step_width and not self.padded_steps:
+            steps += ", short ones unpadded"
         where = f"{str(self.dtype).removeprefix('torch.')} on {self.device}"
         weights = f", {self.weights} weights" if self.weights != "dense" else ""
         return f"{where}, {self.forward} forward{weights}, {steps} ({cpu_features().model_name})"
@@ -107,7 +111,7 @@ def build_engine(
 ) -> Engine:
     """Settle the weight format (`choose_format` for "auto"), pack the model where the architecture allows,
     settle the width (`choose_width` for "auto"), and decide the forward: the packed one runs W-wide steps
-    only, so one-token steps run transformers' own forward."""
+    only, so one-token steps run transformers' own forward. Short blocks run unpadded where measured safe."""
     weights = settle_weights(model, weights, width, choose_format)
     model = pack_model(model, weights=weights)
     step_width = {"auto": None, "one-token": None, "fixed": width.width}[width.kind]
@@ -116,7 +120,15 @@ def build_engine(
     if step_width is None and isinstance(model, PackedLlama):
         model = model.source
     refuse_lossy(model, step_width)
-    return Engine(model, tokenizer, model_id, step_width)
+    return Engine(model, tokenizer, model_id, step_width, padded_steps=needs_padding(model, step_width))
+
+
+def needs_padding(model: torch.nn.Module, step_width: int | None) -> bool:
+    """Whether short blocks must be padded to the width: yes unless the packed forward's rows were measured
+    to keep their bits in shorter blocks (decoding/batch_probe.py; about a second at start)."""
+    if step_width is None or step_width == 1 or not isinstance(model, PackedLlama):
+        return True
+    return not short_blocks_keep_their_bits(model, step_width)
 
 
 def settle_weights(model: torch.nn.Module, weights: str, width: StepWidth, choose_format: WeightsChooser) -> str:

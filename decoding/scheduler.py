@@ -79,9 +79,10 @@ class Scheduler:
 
     @classmethod
     def checked(cls, model: PackedLlama, width: int, max_slots: int = DEFAULT_MAX_SLOTS,
-                gather_s: float = DEFAULT_GATHER_S) -> "Scheduler":
-        """A scheduler sharing forwards only where this machine's kernels keep a row's bits whatever shares it."""
-        shares = max_slots > 1 and rows_keep_their_bits(model, width, max_slots)
+                gather_s: float = DEFAULT_GATHER_S, short_lanes: bool = False) -> "Scheduler":
+        """A scheduler sharing forwards only where this machine's kernels keep a row's bits whatever shares it
+        (`short_lanes`: replies' blocks of 1..W rows, as unpadded steps hand in)."""
+        shares = max_slots > 1 and rows_keep_their_bits(model, width, max_slots, short_lanes)
         return cls(model, max_slots if shares else 1, gather_s)
 
     def close(self) -> None:

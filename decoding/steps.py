@@ -5,7 +5,8 @@ draft in one forward can choose another token than a one-token step would at a n
 width W every decode forward holds exactly W tokens (a greedy step pads its one token, a verification pads
 its draft), so a position's logits do not depend on which kind of step computed them, and LLMA equals
 this engine's greedy by construction -- wherever the kernels treat every row of a W-block alike, which
-tests/decoding/test_invariance.py checks bit for bit.
+tests/decoding/test_invariance.py checks bit for bit. Where a start-up probe shows that a row's bits do not
+depend on the block's row count either (the int weight kernels), short blocks run unpadded.
 """
 
 from collections.abc import Callable
@@ -32,6 +33,10 @@ class StepConfig:
     # the same number of keys in whichever block computes it (SDPA's sums change with the key count), while
     # attention costs what the context holds, not what the cache could.
     key_granule: int = 64
+    # Whether a block of fewer than W inputs (a greedy step, a short draft) is padded to W. Unpadded only where
+    # it was measured at start that a row gets the same bits in a shorter block (decoding/batch_probe.py; the
+    # int8 and int4 kernels on the Xeons): a greedy step then costs one row, not W.
+    padded: bool = True
 
     def __post_init__(self) -> None:
         if self.width is not None and not 1 <= self.width <= self.cache_len:
@@ -54,8 +59,9 @@ class StepConfig:
         return min(self.cache_len, (position // self.key_granule + 1) * self.key_granule)
 
     def pad(self, block: list[int]) -> list[int]:
-        """`block` padded to the step width by repeating its last token (padding's KV entries are dropped)."""
-        if self.width is None:
+        """`block` padded to the step width by repeating its last token (padding's KV entries are dropped);
+        as it is with one-token or unpadded steps."""
+        if self.width is None or not self.padded:
             return block
         return block + [block[-1]] * (self.width - len(block))
 
@@ -64,7 +70,7 @@ ONE_TOKEN_STEPS = StepConfig()
 CACHE_GRANULE = 256  # preallocated caches come in multiples of this, so nearby prompt lengths share one shape
 
 
-def sized_steps(width: int | None, prompt_len: int, max_new_tokens: int) -> StepConfig:
+def sized_steps(width: int | None, prompt_len: int, max_new_tokens: int, padded: bool = True) -> StepConfig:
     """Steps of `width` with a cache just big enough for this prompt and reply budget, rounded up.
 
     Attention spans the whole preallocated cache, so a small cache is faster (a 512-position cache made a
@@ -74,7 +80,7 @@ def sized_steps(width: int | None, prompt_len: int, max_new_tokens: int) -> Step
     if width is None:
         return ONE_TOKEN_STEPS
     needed = prompt_len + max_new_tokens + width
-    return StepConfig(width, -(-needed // CACHE_GRANULE) * CACHE_GRANULE)
+    return StepConfig(width, -(-needed // CACHE_GRANULE) * CACHE_GRANULE, padded=padded)
 
 
 def verify_in_blocks(

@@ -125,6 +125,24 @@ def test_replies_in_random_mixtures_equal_the_replies_alone(arch, dtype, rule):
         scheduler.close()
 
 
+@pytest.mark.parametrize("arch", PACKED_ARCHS)
+def test_unpadded_int4_replies_in_random_mixtures_equal_the_replies_alone(arch):
+    """Unpadded steps hand in blocks of 1..W rows, so a shared forward holds any row count."""
+    model = PackedLlama(make_tiny_model(arch, torch.bfloat16, seed=1), weights="int4")
+    assert shared_forward_mismatches(model, 4, max_lanes=6, short_lanes=True) == []
+    jobs = [replace(job, steps=replace(job.steps, padded=False)) for job in tiny_jobs("dry", model, seed=len(arch))]
+    alone = [fingerprint(decode_alone(model, job)) for job in jobs]
+    rng = random.Random(6)
+    scheduler = Scheduler(model, max_slots=8)
+    try:
+        for _ in range(2):
+            picks = rng.sample(range(len(jobs)), rng.randrange(2, 9))
+            results, _ = decode_together(scheduler, [jobs[i] for i in picks])
+            assert [fingerprint(r) for r in results] == [alone[i] for i in picks], picks
+    finally:
+        scheduler.close()
+
+
 def test_replies_share_forwards_and_say_with_how_many():
     model = PackedLlama(make_tiny_model("llama", torch.float32))
     steps, options = StepConfig(4, cache_len=256), LlmaOptions(30, **NO_COPY)

@@ -18,6 +18,7 @@ from decoding import (
     load_model,
     pack_model,
 )
+from decoding.batch_probe import short_blocks_keep_their_bits
 
 from .invariance import differing_positions
 from .test_bundled_model import QUESTIONS, chat_ids
@@ -80,3 +81,24 @@ def test_llma_equals_fixed_width_decoding_under_the_apps_rule_with_hostile_refer
             options = LlmaOptions(40, eos, repetition=rule)
             out = llma_generate(model, prompt, references, policy, options, steps=steps)
             assert out.tokens == answer, (references, policy)
+
+
+@pytest.mark.parametrize(("weights", "width"), [("int8", 2), ("int4", 2), ("int4", 4)])
+def test_unpadded_short_blocks_give_the_padded_replies_where_the_probe_allows(packed_bf16, bundled_bf16_model,
+                                                                              weights, width):
+    """Where the start-up probe finds that a row keeps its bits in a shorter block (the int kernels on the
+    Xeons), the engine runs greedy steps and short drafts unpadded: the replies must be the padded ones."""
+    model, tokenizer = packed_bf16(weights), bundled_bf16_model[1]
+    if not short_blocks_keep_their_bits(model, width):
+        pytest.skip("this CPU's kernels change a row's bits with the block's length: its steps stay padded")
+    eos = tokenizer.eos_token_id
+    rule = RECOMMENDED_REPETITION_RULE.for_tokenizer(eos, tokenizer)
+    padded, unpadded = StepConfig(width=width), StepConfig(width=width, padded=False)
+    prompt, other = chat_ids(tokenizer, QUESTIONS[width % 2]), chat_ids(tokenizer, QUESTIONS[1 - width % 2])
+    answer = greedy_generate(model, prompt, 40, eos, steps=padded, repetition=rule).tokens
+    assert greedy_generate(model, prompt, 40, eos, steps=unpadded, repetition=rule).tokens == answer
+    changed = [t if k % 5 != 2 else other[-1] for k, t in enumerate(answer)]
+    for references in ([answer], [changed], [answer[:12] * 4, other, prompt]):
+        options = LlmaOptions(40, eos, repetition=rule)
+        out = llma_generate(model, prompt, references, FixedCopyPolicy(1, 15), options, steps=unpadded)
+        assert out.tokens == answer, references

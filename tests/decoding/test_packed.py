@@ -1,6 +1,7 @@
 """The packed forward: the same model as transformers' forward, and bit-identical to itself in every row of a block."""
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -20,7 +21,9 @@ from decoding import (
     pack_model,
     packing_refusal,
 )
+from decoding.batch_probe import short_block_mismatches
 from decoding.cost_model import FLAT_TOLERANCE, STEP_WIDTHS, CostCurve
+from decoding.engine import StepWidth, needs_padding
 from decoding.forward import open_runner
 from decoding.weights import format_refusal, int4_weight
 
@@ -92,6 +95,37 @@ def test_int_weights_llma_equals_their_greedy_with_hostile_references(arch, weig
     prompt = random_ids(seed=7, n=12)
     greedy = greedy_generate(model, prompt, 60, steps=STEPS)
     assert hostile_mismatches(model, prompt, greedy.tokens, STEPS, seed=3) == []
+
+
+@pytest.mark.parametrize("weights", INT_FORMATS)
+@pytest.mark.parametrize("arch", PACKED_ARCHS)
+def test_int_weights_give_a_row_its_bits_in_a_short_block_so_blocks_run_unpadded(arch, weights):
+    """The int kernels compute each row from that row alone: k < W rows run as they are equal the same rows
+    padded to W, so greedy and LLMA unpadded equal padded greedy, with hostile references too."""
+    model = tiny_packed(arch, torch.bfloat16, seed=1, weights=weights)
+    assert short_block_mismatches(model, 4) == [] and short_block_mismatches(model, 8) == []
+    prompt = random_ids(seed=7, n=12)
+    greedy = greedy_generate(model, prompt, 60, steps=STEPS).tokens
+    unpadded = replace(STEPS, padded=False)
+    assert greedy_generate(model, prompt, 60, steps=unpadded).tokens == greedy
+    assert hostile_mismatches(model, prompt, greedy, unpadded, seed=3) == []
+
+
+def test_an_engine_runs_short_blocks_unpadded_only_where_the_probe_allows(monkeypatch):
+    engine = build_engine(make_tiny_model("llama", torch.bfloat16, 0), None, "tiny", StepWidth.parse(4), weights="int4")
+    assert engine.padded_steps is False and engine.steps(10, 20).padded is False
+    assert "unpadded" in engine.describe()
+    model = tiny_packed("llama", torch.bfloat16, weights="int4")
+    honest = model.forward_lanes
+
+    def rounding_by_row_count(lanes, last_only=False):  # a kernel whose rows change with the block's length
+        return [rows + 0.5 * rows.shape[0] for rows in honest(lanes, last_only)]
+
+    monkeypatch.setattr(model, "forward_lanes", rounding_by_row_count)
+    assert short_block_mismatches(model, 4) == [1, 2, 3]
+    assert needs_padding(model, 4) is True
+    assert needs_padding(model.source, 4) is True  # transformers' forward: always padded
+    assert StepConfig(4, 64).pad([7]) == [7, 7, 7, 7] and StepConfig(4, 64, padded=False).pad([7]) == [7]
 
 
 @torch.inference_mode()
