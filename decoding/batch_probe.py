@@ -20,8 +20,9 @@ import torch
 from .packed import KvCache, Lane, PackedLlama
 
 PROBE_CACHE_LEN = 256
-# Verdicts per packed model, so that services opened again on one loaded model (tests, the bench) probe it once.
-_verdicts: "weakref.WeakKeyDictionary[PackedLlama, dict[tuple, bool]]" = weakref.WeakKeyDictionary()
+# Verdicts per loaded model and weight format, so that a model packed again (the format choice, services opened
+# again in tests and the bench) is probed once.
+_verdicts: "weakref.WeakKeyDictionary[torch.nn.Module, dict[tuple, bool]]" = weakref.WeakKeyDictionary()
 
 
 @dataclass(frozen=True)
@@ -35,8 +36,8 @@ class Mismatch:
 def rows_keep_their_bits(model: PackedLlama, width: int, max_lanes: int, short_lanes: bool = False) -> bool:
     """Whether sharing forwards among up to `max_lanes` replies leaves every row's logits as they are alone
     (with `short_lanes`, replies whose blocks hold 1..W rows, as unpadded steps give)."""
-    verdicts = _verdicts.setdefault(model, {})
-    key = ("shared", width, max_lanes, short_lanes)
+    verdicts = _verdicts.setdefault(model.source, {})
+    key = ("shared", model.weights, width, max_lanes, short_lanes)
     if key not in verdicts:
         verdicts[key] = not shared_forward_mismatches(
             model, width, max_lanes, every_position=False, short_lanes=short_lanes
@@ -47,10 +48,11 @@ def rows_keep_their_bits(model: PackedLlama, width: int, max_lanes: int, short_l
 def short_blocks_keep_their_bits(model: PackedLlama, width: int) -> bool:
     """Whether a block of fewer than `width` inputs, run as it is, gives each row the bits it gets padded to
     `width`: then short blocks need no padding (StepConfig.padded) and a greedy step costs one row, not W."""
-    verdicts = _verdicts.setdefault(model, {})
-    key = ("short", width)
+    verdicts = _verdicts.setdefault(model.source, {})
+    key = ("short", model.weights, width)
     if key not in verdicts:
-        verdicts[key] = not short_block_mismatches(model, width)
+        # Each trial checks every length below W, so wide blocks need fewer: about 1 s at W = 16 (int4, 2 threads).
+        verdicts[key] = not short_block_mismatches(model, width, trials=max(2, 32 // width))
     return verdicts[key]
 
 

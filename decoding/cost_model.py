@@ -2,7 +2,8 @@
 
 On a CPU the fixed overhead of a forward dominates: checking 16 tokens costs about twice one.
 The adaptive copy policy weighs the expected accepted tokens against this curve. Under a step width W
-every decode forward is W wide, so the curve is flat up to W and steps up by one forward per W tokens.
+every decode forward is W wide, so the curve is flat up to W and steps up by one forward per W tokens;
+where short blocks run unpadded (StepConfig.padded) it rises with the rows up to W.
 """
 
 import json
@@ -37,12 +38,20 @@ class CostCurve:
     seconds: tuple[float, ...]
     context_len: int = 256
     step_width: int | None = None
+    padded: bool = True  # with a step width: False when short blocks run unpadded, `sizes` then 1.. up to W
 
     def cost(self, n_tokens: int) -> float:
         """Seconds for a forward of n_tokens, interpolated linearly between measured sizes."""
+        n_tokens = max(n_tokens, 1)
+        if self.step_width is None:
+            return self._interpolated(n_tokens)
+        if self.padded:
+            return math.ceil(n_tokens / self.step_width) * self.seconds[-1]
+        full, rest = divmod(n_tokens, self.step_width)  # full-width forwards, then one of the rest's rows
+        return full * self._interpolated(self.step_width) + (self._interpolated(rest) if rest else 0.0)
+
+    def _interpolated(self, n_tokens: int) -> float:
         sizes, secs = self.sizes, self.seconds
-        if self.step_width is not None:
-            return math.ceil(max(n_tokens, 1) / self.step_width) * secs[0]
         if n_tokens <= sizes[0]:
             return secs[0]
         for i in range(1, len(sizes)):
@@ -62,7 +71,10 @@ class CostCurve:
     @classmethod
     def from_json(cls, data: dict) -> "CostCurve":
         width = data.get("step_width")
-        return cls(tuple(data["sizes"]), tuple(data["seconds"]), int(data.get("context_len", 256)), width)
+        return cls(
+            tuple(data["sizes"]), tuple(data["seconds"]), int(data.get("context_len", 256)), width,
+            bool(data.get("padded", True)),
+        )
 
 
 @torch.inference_mode()
@@ -75,9 +87,11 @@ def measure_cost_curve(
 ) -> CostCurve:
     """Time verifications of each size on top of a `context_len` KV cache, as the engine runs them.
 
-    Under a step width only W is timed: every forward the engine runs is that one.
+    Under a padded step width only W is timed: every forward the engine runs is that one; unpadded, the
+    sizes below W and W itself.
     """
-    sizes = (steps.width,) if steps.width else tuple(sizes)
+    if steps.width:
+        sizes = (steps.width,) if steps.padded else (*(s for s in sizes if s < steps.width), steps.width)
     vocab = model.config.vocab_size
     verifier = ModelVerifier(model, torch.randint(0, vocab, (context_len,)).tolist(), steps)
     verifier.first_token()
@@ -96,7 +110,7 @@ def measure_cost_curve(
     fastest = [min(timings[size]) for size in sizes]
     # A larger forward never costs less; a running maximum irons out what noise is left.
     monotone = [max(fastest[: i + 1]) for i in range(len(fastest))]
-    return CostCurve(sizes, tuple(monotone), context_len, steps.width)
+    return CostCurve(sizes, tuple(monotone), context_len, steps.width, steps.padded)
 
 
 def machine_key(model: torch.nn.Module, steps: StepConfig = ONE_TOKEN_STEPS) -> str:
@@ -107,6 +121,8 @@ def machine_key(model: torch.nn.Module, steps: StepConfig = ONE_TOKEN_STEPS) -> 
     if weights_name(model) != "dense":  # dense keys stay as they were, so a machine's measured curves still count
         shape += f"-{weights_name(model)}"
     width = f"width={steps.width},cache_len={steps.cache_len}" if steps.width else "width=variable"
+    if steps.width and not steps.padded:
+        width += ",unpadded"
     threads = f"threads={torch.get_num_threads()},omp_wait={os.environ.get('OMP_WAIT_POLICY', 'default')}"
     return f"{shape}|{dtype}|{width}|{model.device}|{threads}|{platform.machine()}|{platform.processor()}"
 
@@ -177,9 +193,10 @@ def chosen_step(model, cache_file: Path | None = None) -> ChosenStep:
     cost = {n: measure_cost_curve(model, steps=StepConfig(n, 512), repeats=7).seconds[0] for n in (1, *STEP_WIDTHS)}
     flat = [w for w in STEP_WIDTHS if cost[w] <= FLAT_TOLERANCE * cost[1]]
     width = max(flat) if flat else min(STEP_WIDTHS)
+    seconds = cost[width]
     _store(cache_file, key, width)
-    _store(cache_file, machine_key(model) + "|step-seconds", cost[width])
-    return ChosenStep(width, cost[width])
+    _store(cache_file, machine_key(model) + "|step-seconds", seconds)
+    return ChosenStep(width, seconds)
 
 
 def weight_formats(model: torch.nn.Module) -> list[str]:

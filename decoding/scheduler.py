@@ -7,7 +7,9 @@ once every reply holding a slot has handed in its block, or `gather_s` after the
 free (a reply busy elsewhere, e.g. streaming to a slow browser, joins the next round). New replies' prefills run
 alone, between rounds. A row's logits do not depend on the other rows (decoding/batch_probe.py measures it;
 where it does not hold, `Scheduler.checked` lets one reply into a forward at a time), so every reply is
-bit-identical to the same reply decoded alone.
+bit-identical to the same reply decoded alone. Where short blocks run unpadded alone but rows of short blocks
+change bits in company (dense bf16 on the Xeon with AMX), the scheduler pads each block to W before stacking:
+a row's bits equal in a padded block and a short one alone (both measured at start), so sharing stays lossless.
 """
 
 import threading
@@ -47,6 +49,7 @@ class Sharing:
 class _StepJob:
     lane: Lane
     sharing: Sharing
+    rows: int  # the reply's own rows; any past them are padding
     logits: Future = field(default_factory=Future)
 
 
@@ -62,10 +65,12 @@ class Scheduler:
     `max_slots` replies decode at once (each holds a preallocated KV cache); more wait for a slot, in order.
     """
 
-    def __init__(self, model: PackedLlama, max_slots: int = DEFAULT_MAX_SLOTS, gather_s: float = DEFAULT_GATHER_S):
+    def __init__(self, model: PackedLlama, max_slots: int = DEFAULT_MAX_SLOTS, gather_s: float = DEFAULT_GATHER_S,
+                 pad_to: int | None = None):
         if max_slots < 1:
             raise ValueError("max_slots must be at least 1")
         self.model, self.max_slots, self.gather_s = model, max_slots, gather_s
+        self.pad_to = pad_to  # shorter blocks are padded to this many rows for the shared forward; None: as they are
         self._changed = threading.Condition()
         self._holders = 0  # replies holding a slot
         self._next_ticket = self._serving = 0  # slots are handed out in arrival order
@@ -81,9 +86,15 @@ class Scheduler:
     def checked(cls, model: PackedLlama, width: int, max_slots: int = DEFAULT_MAX_SLOTS,
                 gather_s: float = DEFAULT_GATHER_S, short_lanes: bool = False) -> "Scheduler":
         """A scheduler sharing forwards only where this machine's kernels keep a row's bits whatever shares it
-        (`short_lanes`: replies' blocks of 1..W rows, as unpadded steps hand in)."""
-        shares = max_slots > 1 and rows_keep_their_bits(model, width, max_slots, short_lanes)
-        return cls(model, max_slots if shares else 1, gather_s)
+        (`short_lanes`: replies' blocks of 1..W rows, as unpadded steps hand in). Short blocks whose rows change
+        bits in company are padded to `width` when that keeps them; else one reply per forward."""
+        if max_slots == 1:
+            return cls(model, 1, gather_s)
+        if rows_keep_their_bits(model, width, max_slots, short_lanes):
+            return cls(model, max_slots, gather_s)
+        if short_lanes and rows_keep_their_bits(model, width, max_slots):
+            return cls(model, max_slots, gather_s, pad_to=width)
+        return cls(model, 1, gather_s)
 
     def close(self) -> None:
         with self._changed:
@@ -119,7 +130,10 @@ class Scheduler:
 
     def step(self, lane: Lane, sharing: Sharing) -> torch.Tensor:
         """Logits of `lane`'s rows from the next shared forward."""
-        job = _StepJob(lane, sharing)
+        rows = lane.ids.shape[0]
+        if self.pad_to is not None and rows < self.pad_to:  # as StepConfig.pad: the last input repeated
+            lane = replace(lane, ids=torch.cat([lane.ids, lane.ids[-1:].expand(self.pad_to - rows)]))
+        job = _StepJob(lane, sharing, rows)
         with self._changed:
             if not self._steps:
                 self._first_step_at = time.monotonic()
@@ -164,12 +178,12 @@ class Scheduler:
             logits = self.model.forward_lanes([job.lane for job in jobs])
         except Exception:
             for job in jobs:
-                _settle(job.logits, lambda job=job: self.model.forward_lanes([job.lane])[0])
+                _settle(job.logits, lambda job=job: self.model.forward_lanes([job.lane])[0][: job.rows])
             return
         for job, rows in zip(jobs, logits, strict=True):
             job.sharing.forwards += 1
             job.sharing.others += len(jobs) - 1
-            job.logits.set_result(rows)
+            job.logits.set_result(rows[: job.rows])
 
 
 def _settle(future: Future, run: Callable[[], torch.Tensor]) -> None:

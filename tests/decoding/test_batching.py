@@ -27,7 +27,8 @@ from decoding import (
     llma_generate,
     load_model,
 )
-from decoding.batch_probe import shared_forward_mismatches
+from decoding import scheduler as scheduler_module
+from decoding.batch_probe import shared_forward_mismatches, short_block_mismatches
 from decoding.packed import Lane
 from decoding.scheduler import Scheduler, Sharing, scheduled_llma_stream
 from tests.threads import run_at_once
@@ -196,6 +197,41 @@ def test_a_machine_whose_rows_change_with_company_decodes_one_reply_at_a_time(mo
     scheduler = Scheduler.checked(model, width=4, max_slots=8)
     scheduler.close()
     assert scheduler.max_slots == 1
+
+
+def test_short_blocks_whose_rows_change_in_company_are_padded_when_shared(monkeypatch):
+    """Where short blocks keep their bits alone but not stacked (dense bf16 on the Xeon with AMX), the scheduler
+    shares forwards of blocks padded to W rather than serving one reply at a time."""
+    model = PackedLlama(make_tiny_model("llama", torch.float32))
+    probed = []
+
+    def short_lanes_change_in_company(model, width, max_lanes, short_lanes=False):
+        probed.append(short_lanes)
+        return not short_lanes
+
+    monkeypatch.setattr(scheduler_module, "rows_keep_their_bits", short_lanes_change_in_company)
+    scheduler = Scheduler.checked(model, width=4, max_slots=8, short_lanes=True)
+    scheduler.close()
+    assert (scheduler.max_slots, scheduler.pad_to, probed) == (8, 4, [True, False])
+
+
+@pytest.mark.parametrize("arch", PACKED_ARCHS)
+def test_unpadded_replies_padded_in_company_equal_the_replies_alone(arch):
+    """Unpadded steps alone, padded to W in the shared forward: the same bits where a short block keeps them."""
+    model = PackedLlama(make_tiny_model(arch, torch.bfloat16, seed=2), weights="int8")
+    assert short_block_mismatches(model, 4, trials=4) == []  # what makes the padding lossless
+    steps = StepConfig(4, cache_len=256, padded=False)
+    jobs = [replace(job, steps=steps) for job in tiny_jobs("dry", model, seed=3 * len(arch))]
+    alone = [fingerprint(decode_alone(model, job)) for job in jobs]
+    rng = random.Random(7)
+    scheduler = Scheduler(model, max_slots=8, pad_to=4)
+    try:
+        for _ in range(2):
+            picks = rng.sample(range(len(jobs)), rng.randrange(2, 9))
+            results, _ = decode_together(scheduler, [jobs[i] for i in picks])
+            assert [fingerprint(r) for r in results] == [alone[i] for i in picks], picks
+    finally:
+        scheduler.close()
 
 
 def test_a_reply_abandoned_midway_frees_its_slot():

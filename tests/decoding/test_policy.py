@@ -13,6 +13,15 @@ def test_cost_interpolates_and_extrapolates():
     assert CPU_CURVE.relative(1) == 1.0
 
 
+def test_a_padded_step_costs_whole_forwards_and_an_unpadded_one_its_rows():
+    padded = CostCurve(sizes=(4,), seconds=(0.03,), step_width=4)
+    assert [padded.cost(n) for n in (1, 4, 5)] == pytest.approx([0.03, 0.03, 0.06])
+    unpadded = CostCurve(sizes=(1, 2, 4), seconds=(0.01, 0.02, 0.03), step_width=4, padded=False)
+    # 3 rows: between 2 and 4; 6 rows: one full forward and one of 2 rows
+    assert [unpadded.cost(n) for n in (1, 3, 4, 6)] == pytest.approx([0.01, 0.025, 0.03, 0.05])
+    assert CostCurve.from_json(unpadded.to_json()) == unpadded
+
+
 def test_no_draft_when_acceptance_is_too_low_to_pay():
     # A one-token draft costs 1.55 steps; it must be accepted more than 55% of the time to pay.
     assert best_copy_len(0.3, CPU_CURVE, limit=48) == 0
