@@ -207,7 +207,7 @@ class Decoder:
         return {key: v for key, v in asdict(self.llma_policy).items() if key != "cost"}
 
     def cost_curve_json(self) -> dict:
-        """{"sizes", "seconds", "context_len"}: the forward costs the adaptive policy plans with."""
+        """The forward costs the adaptive policy plans with (CostCurve's fields)."""
         return self.llma_policy.cost.to_json()
 
 
@@ -222,7 +222,8 @@ def compare_step_costs(model, fp32_model, steps: StepConfig) -> list[dict]:
     packed = isinstance(model, PackedLlama)
     costs = []
     if steps.width:
-        label = f"{dtype}, {'packed' if packed else 'transformers'}, {steps.width}-wide steps (this engine)"
+        shape = f"{steps.width}-wide steps" + ("" if steps.padded else ", short ones unpadded")
+        label = f"{dtype}, {'packed' if packed else 'transformers'}, {shape} (this engine)"
         curve = measure_cost_curve(model, steps=steps)
         costs.append(_cost_row(label, curve.sizes, curve.seconds))
     if packed:

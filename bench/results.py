@@ -189,7 +189,8 @@ class CostCurvePoints:
     sizes: list[int]
     seconds: list[float]
     context_len: int
-    step_width: int | None = None  # the engine's step width: every forward is that wide
+    step_width: int | None = None  # the engine's step width: every forward is that wide, unless unpadded
+    padded: bool = True  # False: short blocks run as they are, `sizes` then the rows 1.. up to the width
 
     def relative(self) -> dict[int, float]:
         """Each size's cost in one-token steps."""
