@@ -26,6 +26,7 @@ from bench.workloads import round_robin
 from chatbot import ChatService, ChatSettings, Seed
 from chatbot.service import open_cache
 from data import group_questions, load_questions
+from decoding import WEIGHTS_SETTINGS
 
 MODES = {"taking turns": 1, "batched": ChatSettings.max_concurrent_replies}
 
@@ -154,6 +155,8 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=ChatSettings.max_new_tokens)
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     parser.add_argument("--out", type=Path, default=Path("results/concurrency"))
+    parser.add_argument("--weights", choices=WEIGHTS_SETTINGS, default="auto",
+                        help="the packed forward's weight format (auto: as make run picks)")
     args = parser.parse_args()
     try:
         counts = [int(n) for n in args.customers.split(",")]
@@ -162,7 +165,7 @@ def main() -> None:
     if any(n < 1 for n in counts):
         parser.error("--customers: each count must be at least 1")
     torch.set_num_threads(args.threads)
-    engine = app_engine()
+    engine = app_engine(args.weights)
     print(f"Engine: {engine.describe()}", flush=True)
     settings = ChatSettings(max_new_tokens=args.max_new_tokens)
     pool = distinct_questions(max(counts) * 2)
