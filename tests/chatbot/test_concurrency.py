@@ -23,11 +23,11 @@ WAIT_S = 300.0  # five 32-token replies take seconds; this only bounds a broken 
 
 @pytest.fixture(scope="module")
 def engine():
-    """The engine `make run` picks on the bf16 CPUs seen so far: the bundled model in bfloat16, packed in int4
-    (the shipped Q4_1 weights), 4-wide steps; short ones unpadded where this CPU's probe allows. Dense bf16 in
-    company is tests/decoding/test_batching.py's."""
+    """The bundled model in bfloat16, packed dense, 4-wide steps: on the Xeon with AMX, where CI runs, its short
+    blocks run unpadded alone and are padded in company (Scheduler.checked); the int formats' kernels there
+    are not probed yet, so the path CI has seen stays the one tested."""
     model, tokenizer = load_model(dtype=torch.bfloat16)
-    return build_engine(model, tokenizer, MODEL_ID, StepWidth.parse(4), weights="int4")
+    return build_engine(model, tokenizer, MODEL_ID, StepWidth.parse(4))
 
 
 @pytest.fixture(scope="module")

@@ -219,7 +219,8 @@ def test_short_blocks_whose_rows_change_in_company_are_padded_when_shared(monkey
 def test_unpadded_replies_padded_in_company_equal_the_replies_alone(arch):
     """Unpadded steps alone, padded to W in the shared forward: the same bits where a short block keeps them."""
     model = PackedLlama(make_tiny_model(arch, torch.bfloat16, seed=2), weights="int8")
-    assert short_block_mismatches(model, 4, trials=4) == []  # what makes the padding lossless
+    if short_block_mismatches(model, 4, trials=4):  # what makes the padding lossless
+        pytest.skip("this CPU's int8 kernel gives a row other bits in a shorter block: its steps stay padded")
     steps = StepConfig(4, cache_len=256, padded=False)
     jobs = [replace(job, steps=steps) for job in tiny_jobs("dry", model, seed=3 * len(arch))]
     alone = [fingerprint(decode_alone(model, job)) for job in jobs]
