@@ -23,10 +23,6 @@ from .weights import WEIGHT_FORMATS, format_refusal, int4_refusal
 
 DEFAULT_SIZES = (1, 2, 4, 8, 16, 32, 64)
 STEP_WIDTHS = (16, 8, 4, 2)  # the widest whose forward is nearly as cheap as one token's is chosen
-# A typical reply, for weighing a format's prefill against its steps: a prompt with a help article and an
-# approved answer (the service's run 500-900 tokens), and the app's rule's mean reply (119 tokens, docs/quality).
-TYPICAL_PROMPT_TOKENS = 512
-TYPICAL_REPLY_TOKENS = 120
 FLAT_TOLERANCE = 1.2  # "nearly": at most 20% dearer than a one-token forward of the same kind
 
 
@@ -215,46 +211,20 @@ def weight_formats(model: torch.nn.Module) -> list[str]:
 
 
 def choose_weights(model: torch.nn.Module, cache_file: Path | None = None) -> str:
-    """The weight format for the packed forward on this machine: the one whose typical reply costs least, i.e.
-    a TYPICAL_PROMPT_TOKENS prefill plus TYPICAL_REPLY_TOKENS steps of its chosen width (choose_step_width).
-    A step reads every weight once, so fewer bytes a weight usually make steps cheaper; but the int kernels
-    widen weights to bf16 row by row, so their cost grows faster with the rows a forward holds (measured, Intel
-    Xeon without AMX, 2 threads: int4 1 row 12.8 ms, 2 rows 1.18x, 4 rows 1.46x; bf16 24.6 ms, 1.08x, 1.19x),
-    and a prefill of hundreds of rows costs more in int4 than in bf16 (AMD EPYC, 512 tokens: 824 vs 493 ms).
-    Measured once per machine and kept in `cache_file`, like the width."""
+    """The weight format for the packed forward on this machine: the one whose chosen W-wide step
+    (choose_step_width) costs least. A step reads every weight once, so fewer bytes a weight usually wins;
+    but the int kernels widen weights to bf16 row by row, so their cost grows faster with the rows a step
+    holds (measured, Intel Xeon without AMX, 2 threads: int4 1 row 12.8 ms, 2 rows 1.18x, 4 rows 1.46x;
+    bf16 24.6 ms, 1.08x, 1.19x). Measured once per machine and kept in `cache_file`, like the width."""
     source = model.source if isinstance(model, PackedLlama) else model
     formats = weight_formats(source)
     if len(formats) == 1:
         return formats[0]
-    reply_seconds = {}
+    step_seconds = {}
     for weights in formats:
         packed = PackedLlama(source, weights=weights)
         step = chosen_step(packed, cache_file)
         if step.seconds is None:  # an earlier start kept the width only: time that one width
             step = replace(step, seconds=measure_cost_curve(packed, steps=StepConfig(step.width, 512)).seconds[0])
-        reply_seconds[weights] = prefill_seconds(packed, cache_file) + TYPICAL_REPLY_TOKENS * step.seconds
-    return min(formats, key=reply_seconds.__getitem__)
-
-
-def prefill_seconds(model: PackedLlama, cache_file: Path | None = None) -> float:
-    """Seconds of a TYPICAL_PROMPT_TOKENS prefill, measured once per machine and kept in `cache_file`."""
-    key = machine_key(model) + f"|prefill-{TYPICAL_PROMPT_TOKENS}-seconds"
-    stored = _read(cache_file)
-    if key in stored:
-        return float(stored[key])
-    seconds = measure_prefill(model)
-    _store(cache_file, key, seconds)
-    return seconds
-
-
-@torch.inference_mode()
-def measure_prefill(model: PackedLlama, repeats: int = 3) -> float:
-    """The fastest of `repeats` prefills of TYPICAL_PROMPT_TOKENS random tokens into a fresh cache."""
-    ids = torch.randint(0, model.embed.shape[0], (TYPICAL_PROMPT_TOKENS,), device=model.device)
-    timings = []
-    for _ in range(repeats):
-        cache = model.new_cache(2 * TYPICAL_PROMPT_TOKENS)
-        start = time.perf_counter()
-        model.forward(ids, 0, cache, TYPICAL_PROMPT_TOKENS, last_only=True)
-        timings.append(time.perf_counter() - start)
-    return min(timings)
+        step_seconds[weights] = step.seconds
+    return min(formats, key=step_seconds.__getitem__)
