@@ -68,7 +68,7 @@ class ReplyMeter:
             repetition=self.repetition.to_json(), max_new_tokens=self.max_new_tokens,
             step_width=turn.steps.width, cache_len=turn.steps.cache_len if turn.steps.width else None,
             padded_steps=turn.steps.padded,
-            forward=self.engine.forward, weights=self.engine.weights,
+            forward=self.engine.forward, weights=self.engine.weights, prefill_weights=self.engine.prefill_weights,
             shared_with=round(sharing.mean_others, 2) if sharing else 0.0,
         )
 

@@ -59,7 +59,7 @@ class ChatService:
         # transformers' forward takes turns under the lock, a forward at a time.
         self.scheduler = scheduler or open_scheduler(engine, settings.max_concurrent_replies)
         self._model_lock = threading.Lock()
-        self._repacked: dict[str, PackedLlama] = {}  # the model in other weight formats, for Verify of older replies
+        self._repacked: dict[tuple[str, str], PackedLlama] = {}  # (weights, prefill) packings of older replies
         limit = getattr(engine.model.config, "max_position_embeddings", settings.context_window)
         self.context_window = min(settings.context_window, limit)
         self.planner = TurnPlanner(cache, engine, settings, self.context_window)
@@ -290,10 +290,11 @@ class ChatService:
             return model
         if stats is None or stats.forward == "transformers":
             return model.source
-        if stats.weights != model.weights:
-            if stats.weights not in self._repacked:
-                self._repacked[stats.weights] = PackedLlama(model.source, weights=stats.weights)
-            return self._repacked[stats.weights]
+        packing = (stats.weights, stats.prefill_weights or stats.weights)
+        if packing != (model.weights, model.prefill_weights):
+            if packing not in self._repacked:
+                self._repacked[packing] = PackedLlama(model.source, weights=packing[0], prefill_weights=packing[1])
+            return self._repacked[packing]
         return model
 
     def feedback(self, reply_id: int, value: int, reason: str = "") -> None:

@@ -79,6 +79,11 @@ class Engine:
         return weights_name(self.model)
 
     @property
+    def prefill_weights(self) -> str:
+        """The weight format prompts are prefilled in (PackedLlama.prefill_weights): dense for every format here."""
+        return self.model.prefill_weights if isinstance(self.model, PackedLlama) else "dense"
+
+    @property
     def dtype(self) -> torch.dtype:
         return next(self.model.parameters()).dtype
 
@@ -97,6 +102,8 @@ class Engine:
             steps += ", short ones unpadded"
         where = f"{str(self.dtype).removeprefix('torch.')} on {self.device}"
         weights = f", {self.weights} weights" if self.weights != "dense" else ""
+        if self.prefill_weights != self.weights:
+            weights += f" ({self.prefill_weights} prefill)"
         return f"{where}, {self.forward} forward{weights}, {steps} ({cpu_features().model_name})"
 
 

@@ -11,7 +11,8 @@ import chatbot.deployment as deployment
 from cache import StaffStore
 from chatbot import Accounts, AdminService, ChatService, ChatSettings, Seed
 from chatbot.service import open_cache
-from decoding import AUTO, ONE_TOKEN, CostCurve, StepWidth, build_engine
+from chatbot.stats import ReplyStats
+from decoding import AUTO, ONE_TOKEN, CostCurve, Engine, PackedLlama, StepWidth, build_engine
 from decoding.model_loading import DEFAULT_MODEL_DIR
 from tests.conftest import make_tiny_llama
 
@@ -89,3 +90,22 @@ def test_a_reply_names_its_weight_format_and_verifies_in_it_after_the_format_cha
     assert [r.stats.weights for r in replies] == ["int4", "dense"]
     assert replies[0].text != replies[1].text  # the formats decode the same prompt apart: Verify must tell them
     assert all(service.verify(reply.id).identical for reply in replies)  # the dense service verifies both
+
+
+def test_a_reply_prefilled_in_its_own_int_format_verifies_after_prefills_went_dense(tmp_path: Path, tokenizer):
+    """Replies from before prefills ran dense (stats without prefill_weights) were prefilled in int4: Verify
+    packs that combination for them, and the current one for new replies."""
+    model = make_tiny_llama(vocab_size=len(tokenizer), seed=3).to(torch.bfloat16)
+    settings = ChatSettings(max_new_tokens=12)
+    older = Engine(PackedLlama(model, weights="int4", prefill_weights="int4"), tokenizer, "tiny", 4)
+    service = ChatService.open(older, tmp_path, settings=settings, seed=Seed(), cost=CURVE)
+    before = service.ask("How do I reset my password?")
+    assert before.stats.prefill_weights == "int4"
+    stored_before = {k: v for k, v in before.stats.to_json().items() if k != "prefill_weights"}
+    assert ReplyStats.from_json(stored_before).prefill_weights == ""  # as replies stored before it: as `weights`
+    engine = build_engine(model, tokenizer, "tiny", StepWidth.parse(4), weights="int4")
+    assert engine.prefill_weights == "dense"
+    service = ChatService.open(engine, tmp_path, settings=settings, seed=Seed(), cost=CURVE)
+    after = service.ask("Can I change the email address of my account?", session_id="another")
+    assert after.stats.prefill_weights == "dense" and not after.stats.exact_hit
+    assert service.verify(before.id).identical and service.verify(after.id).identical

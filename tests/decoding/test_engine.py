@@ -80,7 +80,7 @@ def test_the_weight_format_is_asked_of_the_chooser_only_for_auto_and_named_in_th
     engine = build_engine(model, None, "tiny", StepWidth.parse(4), weights="auto",
                           choose_format=lambda m: asked.append(m) or "int4")
     assert len(asked) == 1 and engine.weights == "int4" and engine.model.weights == "int4"
-    assert "packed forward, int4 weights, 4-wide decode steps" in engine.describe()
+    assert "packed forward, int4 weights (dense prefill), 4-wide decode steps" in engine.describe()
     dense = build_engine(model, None, "tiny", StepWidth.parse(4), choose_format=lambda m: asked.append(m))
     assert len(asked) == 1 and dense.weights == "dense" and "weights" not in dense.describe()
 

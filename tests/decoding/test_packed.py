@@ -305,3 +305,21 @@ def test_the_chosen_weight_format_is_the_one_whose_chosen_step_costs_least(monke
     seconds["int8"] = {w: 3 * s for w, s in seconds["int8"].items()}
     assert choose_weights(model) == "dense"
     assert choose_weights(make_tiny_model("llama", torch.float32)) == "dense"  # nothing else runs in float32
+
+
+@pytest.mark.parametrize("weights", ["int8", "int4"])
+def test_int_formats_prefill_dense_and_their_old_packing_prefills_in_its_own_format(weights):
+    model = make_tiny_model("llama", torch.bfloat16, seed=4)
+    ids = torch.tensor(random_ids(seed=5, n=40))
+
+    def prefilled(packed: PackedLlama) -> tuple[torch.Tensor, torch.Tensor]:
+        cache = packed.new_cache(128)
+        return packed.prefill(ids, cache, 64), cache.keys[-1][:, :, :40]
+
+    dense, own = PackedLlama(model), PackedLlama(model, weights=weights, prefill_weights=weights)
+    new = PackedLlama(model, weights=weights)
+    assert new.prefill_weights == "dense" and own.prefill_weights == weights
+    assert all(torch.equal(a, b) for a, b in zip(prefilled(new), prefilled(dense), strict=True))
+    cache = own.new_cache(128)
+    assert torch.equal(prefilled(own)[0], own.forward(ids, 0, cache, 64, last_only=True))
+    assert not torch.equal(prefilled(own)[1], prefilled(dense)[1])  # the formats' keys differ: Verify must know
