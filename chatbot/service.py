@@ -138,7 +138,7 @@ class ChatService:
             return f"{self.engine.describe()}; one reply at a time ({why})"
         if self.scheduler.max_slots == 1:
             return f"{self.engine.describe()}; one reply per forward (this CPU's rows change bits in company)"
-        padded = ", short blocks padded in company" if self.scheduler.pad_to and not self.engine.padded_steps else ""
+        padded = ", short blocks padded in company" if self.scheduler.pad_to else ""
         return f"{self.engine.describe()}; up to {self.scheduler.max_slots} replies share each forward{padded}"
 
     # --- one turn --------------------------------------------------------------------------------

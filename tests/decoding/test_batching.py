@@ -84,6 +84,19 @@ def fingerprint(result: DecodeResult) -> tuple:
     return result.tokens, result.forward_passes, result.copied_runs, result.stop_reason
 
 
+def check_random_mixtures(scheduler: Scheduler, jobs: list[Job], alone: list[tuple], rng: random.Random,
+                          rounds: int, fewest: int) -> None:
+    """`rounds` random mixtures of `fewest`..8 jobs through `scheduler` (closed after), each reply's fingerprint
+    equal to the one decoded alone."""
+    try:
+        for _ in range(rounds):
+            picks = rng.sample(range(len(jobs)), rng.randrange(fewest, 9))
+            results, _ = decode_together(scheduler, [jobs[i] for i in picks])
+            assert [fingerprint(r) for r in results] == [alone[i] for i in picks], picks
+    finally:
+        scheduler.close()
+
+
 def tiny_jobs(rule_name: str, model: PackedLlama, seed: int) -> list[Job]:
     """Greedy and LLMA replies to a few prompts of different lengths, with hostile references."""
     rule, rng = RULES[rule_name], random.Random(seed)
@@ -117,13 +130,7 @@ def test_replies_in_random_mixtures_equal_the_replies_alone(arch, dtype, rule):
     alone = [fingerprint(decode_alone(model, job)) for job in jobs]
     rng = random.Random(5)
     scheduler = Scheduler(model, max_slots=rng.choice([3, 8]))
-    try:
-        for _ in range(3):
-            picks = rng.sample(range(len(jobs)), rng.randrange(1, 9))
-            results, _ = decode_together(scheduler, [jobs[i] for i in picks])
-            assert [fingerprint(r) for r in results] == [alone[i] for i in picks], picks
-    finally:
-        scheduler.close()
+    check_random_mixtures(scheduler, jobs, alone, rng, rounds=3, fewest=1)
 
 
 @pytest.mark.parametrize("arch", PACKED_ARCHS)
@@ -135,13 +142,7 @@ def test_unpadded_int4_replies_in_random_mixtures_equal_the_replies_alone(arch):
     alone = [fingerprint(decode_alone(model, job)) for job in jobs]
     rng = random.Random(6)
     scheduler = Scheduler(model, max_slots=8)
-    try:
-        for _ in range(2):
-            picks = rng.sample(range(len(jobs)), rng.randrange(2, 9))
-            results, _ = decode_together(scheduler, [jobs[i] for i in picks])
-            assert [fingerprint(r) for r in results] == [alone[i] for i in picks], picks
-    finally:
-        scheduler.close()
+    check_random_mixtures(scheduler, jobs, alone, rng, rounds=2, fewest=2)
 
 
 def test_replies_share_forwards_and_say_with_how_many():
@@ -226,13 +227,7 @@ def test_unpadded_replies_padded_in_company_equal_the_replies_alone(arch):
     alone = [fingerprint(decode_alone(model, job)) for job in jobs]
     rng = random.Random(7)
     scheduler = Scheduler(model, max_slots=8, pad_to=4)
-    try:
-        for _ in range(2):
-            picks = rng.sample(range(len(jobs)), rng.randrange(2, 9))
-            results, _ = decode_together(scheduler, [jobs[i] for i in picks])
-            assert [fingerprint(r) for r in results] == [alone[i] for i in picks], picks
-    finally:
-        scheduler.close()
+    check_random_mixtures(scheduler, jobs, alone, rng, rounds=2, fewest=2)
 
 
 def test_a_reply_abandoned_midway_frees_its_slot():
