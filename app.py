@@ -14,6 +14,7 @@ from cache import StaffStore
 from chatbot import Accounts, AdminService, Admission, Bootstrap, ChatLimits, ChatService, ChatSettings, InputError
 from data import example_questions
 from decoding import (
+    DEFAULT_PREFIX_CACHE_BYTES,
     NAMED_RULES,
     ONE_TOKEN,
     WEIGHTS_SETTINGS,
@@ -46,6 +47,7 @@ class Settings(BaseSettings):
     weights: str = "auto"
     max_new_tokens: int = ChatSettings.max_new_tokens
     max_concurrent_replies: int = ChatSettings.max_concurrent_replies  # replies sharing one packed forward
+    prefix_cache_mb: int = DEFAULT_PREFIX_CACHE_BYTES // 2**20  # prompt chunks kept for prompts that begin alike
     references_k: int = ChatSettings.references_k
     similarity_threshold: float = ChatSettings.similarity_threshold
     use_knowledge_base: bool = ChatSettings.use_knowledge_base
@@ -128,6 +130,7 @@ def main() -> None:
         service = ChatService.create(
             settings.data_dir, settings.model, settings.db_url, chat_settings,
             dtype=dtype, device=device, step_width=settings.step_width_setting(), weights=settings.weights,
+            prefix_cache_bytes=settings.prefix_cache_mb * 2**20,
         )
     except ModelLoadError as err:
         _fail(f"cannot load the model: {err}")

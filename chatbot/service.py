@@ -11,6 +11,7 @@ from cache import AnswerCache, Embedder, NewAnswer, NewReply
 from cache.records import Hit
 from decoding import (
     AUTO,
+    DEFAULT_PREFIX_CACHE_BYTES,
     ONE_TOKEN_STEPS,
     REPETITION_OFF,
     AdaptiveCopyPolicy,
@@ -77,6 +78,7 @@ class ChatService:
         device: str | torch.device = "cpu",
         step_width: StepWidth = AUTO,
         weights: str = "dense",
+        prefix_cache_bytes: int = DEFAULT_PREFIX_CACHE_BYTES,
     ) -> "ChatService":
         """Load the model (the bundled one by default) as an engine and open the service on it. An "auto" step
         width or weight format is the one the deployment's database holds, measured here only by the first
@@ -88,7 +90,7 @@ class ChatService:
         cost_file = Path(data_dir) / COST_CURVES_FILE
         engine = build_engine(
             model, tokenizer, model_id, step_width, shared_width_chooser(cache, cost_file, model_id),
-            weights, shared_weights_chooser(cache, cost_file, model_id),
+            weights, shared_weights_chooser(cache, cost_file, model_id), prefix_cache_bytes,
         )
         return cls.start(engine, cache, data_dir, settings, seed)
 
@@ -293,7 +295,9 @@ class ChatService:
         packing = (stats.weights, stats.prefill_weights or stats.weights)
         if packing != (model.weights, model.prefill_weights):
             if packing not in self._repacked:
-                self._repacked[packing] = PackedLlama(model.source, weights=packing[0], prefill_weights=packing[1])
+                self._repacked[packing] = PackedLlama(  # older replies are few: no prompt chunks kept for them
+                    model.source, weights=packing[0], prefill_weights=packing[1], prefix_cache_bytes=0
+                )
             return self._repacked[packing]
         return model
 

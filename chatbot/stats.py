@@ -54,12 +54,17 @@ class ReplyStats:
     weights: str = "dense"  # the packed forward's weight format: "dense" (the dtype; every reply before it), int8, int4
     prefill_weights: str = ""  # the format its prompt was prefilled in; "": the same as `weights` (replies before it)
     shared_with: float = 0.0  # other replies in each of its decode forwards, on average (0: it decoded alone)
+    prefill_chunk: int = 0  # its prompt fed in chunks of this many tokens (StepConfig.prefill_chunk); 0: one forward
+    prompt_tokens: int = 0
+    prompt_reused: int = 0  # prompt tokens whose keys and values an earlier reply's prefill gave (the prefix cache)
 
     def steps(self) -> StepConfig:
         """The decode step shape this reply ran with, so that a rerun of greedy decoding is bit-comparable."""
         if not self.step_width:
             return ONE_TOKEN_STEPS
-        return StepConfig(self.step_width, self.cache_len, padded=self.padded_steps)
+        return StepConfig(
+            self.step_width, self.cache_len, padded=self.padded_steps, prefill_chunk=self.prefill_chunk or None
+        )
 
     def rule(self) -> RepetitionRule:
         """The decoding rule this reply equals, so that Verify reruns the same one."""

@@ -17,14 +17,16 @@ from .greedy import greedy_generate, greedy_stream
 from .hardware import CpuFeatures, cpu_features, pick_device, pick_dtype
 from .llma import LlmaOptions, ModelVerifier, Verifier, llma_generate, llma_steps, llma_stream
 from .model_loading import ModelLoadError, load_model, prepare_bundled_model
-from .packed import PackedLlama, forward_name, pack_model, packing_refusal, weights_name
+from .packed import DEFAULT_PREFIX_CACHE_BYTES, PackedLlama, forward_name, pack_model, packing_refusal, weights_name
 from .policy import AdaptiveCopyPolicy, CopyPolicy, Drafter, FixedCopyPolicy, best_copy_len
+from .prefix_cache import PrefixCache
 from .reference_index import OUTPUT_SOURCE, PROMPT_SOURCE, Match, ReferenceIndex
 from .repetition import NAMED_RULES, RECOMMENDED_REPETITION_RULE, REPETITION_OFF, RepetitionRule
 from .result import Chunk, CopiedRun, DecodeResult
 from .scheduler import Scheduler, Sharing, scheduled_greedy, scheduled_llma_stream
 from .steps import (
     ONE_TOKEN_STEPS,
+    PREFILL_CHUNK,
     UNKNOWN,
     StepConfig,
     sized_steps,
@@ -33,6 +35,9 @@ from .steps import (
 
 __all__ = [
     "AUTO",
+    "DEFAULT_PREFIX_CACHE_BYTES",
+    "PREFILL_CHUNK",
+    "PrefixCache",
     "ONE_TOKEN",
     "Engine",
     "EngineConfigError",

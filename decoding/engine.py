@@ -14,8 +14,15 @@ from .batch_probe import short_blocks_keep_their_bits
 from .cost_model import choose_step_width, choose_weights
 from .hardware import cpu_features
 from .model_loading import load_model
-from .packed import PackedLlama, forward_name, pack_model, packing_refusal, weights_name
-from .steps import StepConfig, sized_steps
+from .packed import (
+    DEFAULT_PREFIX_CACHE_BYTES,
+    PackedLlama,
+    forward_name,
+    pack_model,
+    packing_refusal,
+    weights_name,
+)
+from .steps import PREFILL_CHUNK, StepConfig, sized_steps
 from .weights import WEIGHT_FORMATS, format_refusal
 
 WEIGHTS_SETTINGS = ("auto", *WEIGHT_FORMATS)  # auto: measured, choose_weights
@@ -93,7 +100,8 @@ class Engine:
 
     def steps(self, prompt_len: int, max_new_tokens: int) -> StepConfig:
         """The shape of every decode forward for this prompt and reply budget (greedy and LLMA alike)."""
-        return sized_steps(self.step_width, prompt_len, max_new_tokens, self.padded_steps)
+        chunk = PREFILL_CHUNK if self.forward == "packed" else None  # transformers' forward prefills in one
+        return sized_steps(self.step_width, prompt_len, max_new_tokens, self.padded_steps, chunk)
 
     def describe(self) -> str:
         """The engine line printed at start, e.g. "bfloat16 on cpu, packed forward, 4-wide decode steps (CPU)"."""
@@ -114,13 +122,13 @@ WeightsChooser = Callable[[torch.nn.Module], str]
 def build_engine(
     model: torch.nn.Module, tokenizer, model_id: str, width: StepWidth = AUTO,
     choose_width: WidthChooser = choose_step_width, weights: str = "dense",
-    choose_format: WeightsChooser = choose_weights,
+    choose_format: WeightsChooser = choose_weights, prefix_cache_bytes: int = DEFAULT_PREFIX_CACHE_BYTES,
 ) -> Engine:
     """Settle the weight format (`choose_format` for "auto"), pack the model where the architecture allows,
     settle the width (`choose_width` for "auto"), and decide the forward: the packed one runs W-wide steps
     only, so one-token steps run transformers' own forward. Short blocks run unpadded where measured safe."""
     weights = settle_weights(model, weights, width, choose_format)
-    model = pack_model(model, weights=weights)
+    model = pack_model(model, weights=weights, prefix_cache_bytes=prefix_cache_bytes)
     step_width = {"auto": None, "one-token": None, "fixed": width.width}[width.kind]
     if width.kind == "auto":
         step_width = choose_width(model)

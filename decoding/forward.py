@@ -54,6 +54,7 @@ class HfRunner:
         self.model, self.steps = model, steps
         self.cache = new_kv_cache(model, steps)
         self.length = 0  # positions held: the prompt, then each block's real inputs
+        self.reused = 0  # transformers' forward keeps no prompt chunks
 
     def prefill(self, prompt_ids: Sequence[int]) -> torch.Tensor:
         self.length = len(prompt_ids)
@@ -96,10 +97,13 @@ class ModelVerifier:
         self.runner = runner if runner is not None else open_runner(model, steps)  # a scheduler may pass its own
         self.fed = len(prompt_ids)  # positions held in the KV cache, padding and rejected drafts excluded
         self.forward_passes = 0
+        self.prompt_reused = 0
 
     def first_token(self) -> int:
         self.forward_passes += 1
-        return self.repetition.choose(self.runner.prefill(self.prompt_ids), [], self.grounded)
+        logits = self.runner.prefill(self.prompt_ids)
+        self.prompt_reused = self.runner.reused
+        return self.repetition.choose(logits, [], self.grounded)
 
     def verify(self, inputs: list[int], reply: Sequence[int] = ()) -> list[int]:
         """The model's choice after each of `inputs` (the pending token, then k drafts).

@@ -34,7 +34,7 @@ def greedy_stream(
         return
     verifier = ModelVerifier(model, prompt_ids, steps, repetition)
     token = verifier.first_token()
-    result.prefill_seconds = time.perf_counter() - start
+    result.prefill_seconds, result.prompt_reused = time.perf_counter() - start, verifier.prompt_reused
     while True:
         result.forward_passes = verifier.forward_passes
         result.accept([token], max_new_tokens, eos_token_id, repetition)

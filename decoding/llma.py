@@ -46,6 +46,7 @@ class Verifier(Protocol):
     """
 
     forward_passes: int  # forwards run so far, the prefill included
+    prompt_reused: int  # prompt tokens whose keys and values came from an earlier prompt's prefill (0: none)
 
     def first_token(self) -> int: ...
 
@@ -90,7 +91,7 @@ def llma_steps(
     lead_in_len = min(options.lead_in_len, len(prompt_ids))
     index = build_reference_index(prompt_ids, references, options)
     token = verifier.first_token()
-    result.prefill_seconds = time.perf_counter() - start
+    result.prefill_seconds, result.prompt_reused = time.perf_counter() - start, verifier.prompt_reused
     context = list(prompt_ids)  # the text the model has seen or chosen, whose suffix we match
     prefer: tuple[int, int] | None = None
     new_tokens, copied, match, draft = [token], 0, None, []

@@ -16,13 +16,14 @@ step, twice the eager forward, with or without freezing (torch 2.13, AMD EPYC wi
 
 import logging
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Optional
 
 import torch
 import torch.nn.functional as F
 
+from .prefix_cache import PrefixCache
 from .steps import StepConfig
 from .weights import Weight, format_refusal, pack_weight, product
 
@@ -30,6 +31,9 @@ logger = logging.getLogger(__name__)
 
 PACKABLE_TYPES = ("llama", "mistral", "qwen2")  # pre-norm, SiLU-gated MLP, rotary attention: one code path
 PACKED_DTYPES = (torch.float32, torch.bfloat16)
+# Prompt chunks kept for reuse: the bundled model's keys and values take 23 KB a token in bf16, so 512 MB holds
+# about 22,000 prompt tokens (every shipped help article's prompt some 30 times over).
+DEFAULT_PREFIX_CACHE_BYTES = 512 * 2**20
 
 
 @dataclass
@@ -122,9 +126,10 @@ class DecoderLayers(torch.nn.Module):
     def forward(
         self, x: torch.Tensor, sizes: list[int], starts: list[int], key_lens: list[int],
         keys: list[list[torch.Tensor]], values: list[list[torch.Tensor]],
-        cos: list[torch.Tensor], sin: list[torch.Tensor], masks: list[list[torch.Tensor]],
+        cos: list[torch.Tensor], sin: list[torch.Tensor], masks: list[list[torch.Tensor]], copy_keys: bool,
     ) -> torch.Tensor:
-        """x (sum of sizes, hidden) through every layer; lane j's rows are the j-th `sizes` rows of x."""
+        """x (sum of sizes, hidden) through every layer; lane j's rows are the j-th `sizes` rows of x.
+        `copy_keys`: attention reads a contiguous copy of the keys, not a view whose stride is the cache's size."""
         hidden = [x.shape[-1]]
         for i in range(len(self.qkv)):
             h = F.rms_norm(x, hidden, self.input_norm[i], self.eps)
@@ -132,7 +137,7 @@ class DecoderLayers(torch.nn.Module):
             parts = qkv.split(sizes)
             attended = [
                 self.attend(parts[j], starts[j], key_lens[j], keys[j][i], values[j][i], cos[j], sin[j],
-                            masks[j][self.mask_kind[i]])
+                            masks[j][self.mask_kind[i]], copy_keys)
                 for j in range(len(sizes))
             ]
             rows = attended[0] if len(attended) == 1 else torch.cat(attended)
@@ -145,7 +150,7 @@ class DecoderLayers(torch.nn.Module):
 
     def attend(
         self, qkv: torch.Tensor, start: int, key_len: int, keys: torch.Tensor, values: torch.Tensor,
-        cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor,
+        cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor, copy_keys: bool,
     ) -> torch.Tensor:
         """One lane's attention (T, heads * dim) from its rows of the q/k/v product, over its own cache."""
         n_tokens, heads, kv_heads, dim = qkv.shape[0], self.heads, self.kv_heads, self.head_dim
@@ -159,9 +164,10 @@ class DecoderLayers(torch.nn.Module):
         # The q heads sharing a kv head are stacked as rows of one query (kv_heads, group * T, dim): one
         # product of more rows per kv head runs faster than one per q head (108 vs 138 us at 320 keys).
         q = qk[:, :heads].transpose(0, 1).reshape(1, kv_heads, heads // kv_heads * n_tokens, dim)
-        out = F.scaled_dot_product_attention(
-            q, keys[:, :, :key_len], values[:, :, :key_len], attn_mask=mask, scale=self.scaling
-        )  # (1, kv_heads, group * T, dim)
+        k, v = keys[:, :, :key_len], values[:, :, :key_len]
+        if copy_keys:  # prefill chunks: bits that cannot depend on the cache's size (StepConfig.prefill_chunk)
+            k, v = k.contiguous(), v.contiguous()
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scaling)  # (1, kv_heads, group*T, dim)
         return out.view(heads, n_tokens, dim).transpose(0, 1).reshape(n_tokens, heads * dim)
 
 
@@ -192,7 +198,8 @@ class PackedLlama:
     """
 
     def __init__(
-        self, model: torch.nn.Module, width_hint: int = 8, weights: str = "dense", prefill_weights: str | None = None
+        self, model: torch.nn.Module, width_hint: int = 8, weights: str = "dense", prefill_weights: str | None = None,
+        prefix_cache_bytes: int = DEFAULT_PREFIX_CACHE_BYTES,
     ) -> None:
         refusal = packing_refusal(model) or format_refusal(weights, model.dtype, model.device)
         if refusal is not None:
@@ -227,16 +234,19 @@ class PackedLlama:
         self._rotary = inner.rotary_emb
         self._cos = self._sin = torch.empty(0)
         self._prefiller = (
-            self if self.prefill_weights == weights else PackedLlama(model, width_hint, self.prefill_weights)
+            self if self.prefill_weights == weights else PackedLlama(model, width_hint, self.prefill_weights, None, 0)
         )
+        self.prefixes = PrefixCache(prefix_cache_bytes)  # chunks of this packing's prefills (its prefiller's bits)
 
     def parameters(self):
         return self.source.parameters()
 
-    def prefill(self, ids: torch.Tensor, cache: KvCache, key_len: int) -> torch.Tensor:
-        """Logits (1, V) of a prompt's last token, its keys and values written into `cache` from position 0, by
-        the `prefill_weights` packing (the same cache layout in every format)."""
-        return self._prefiller.forward(ids, 0, cache, key_len, last_only=True)
+    def prefill(self, ids: torch.Tensor, start: int, cache: KvCache, key_len: int, chunked: bool) -> torch.Tensor:
+        """Logits (1, V) of the last of prompt tokens `ids` at positions start.., their keys and values written
+        into `cache`, by the `prefill_weights` packing (the same cache layout in every format). `chunked`: one
+        chunk of a chunked prefill, attending over a copy of the keys (StepConfig.prefill_chunk)."""
+        lane = Lane(ids, start, cache, key_len)
+        return self._prefiller.forward_lanes([lane], last_only=True, copy_keys=chunked)[0]
 
     def new_cache(self, cache_len: int) -> KvCache:
         # Zeros, not empty: masked keys still enter the products, and 0 x NaN would poison a row.
@@ -257,7 +267,9 @@ class PackedLlama:
         return self.forward_lanes([Lane(ids, start, cache, key_len)], last_only)[0]
 
     @torch.inference_mode()
-    def forward_lanes(self, lanes: Sequence["Lane"], last_only: bool = False) -> list[torch.Tensor]:
+    def forward_lanes(
+        self, lanes: Sequence["Lane"], last_only: bool = False, copy_keys: bool = False
+    ) -> list[torch.Tensor]:
         """Logits of each lane's rows (T_i, V), or of its last row (1, V) with `last_only`.
 
         The layer products (q/k/v, o, gate/up, down, the head) run once over all lanes' rows stacked;
@@ -273,7 +285,7 @@ class PackedLlama:
         x = self.decoder(
             x, sizes, [lane.start for lane in lanes], [lane.key_len for lane in lanes],
             [lane.cache.keys for lane in lanes], [lane.cache.values for lane in lanes],
-            [ctx.cos for ctx in contexts], [ctx.sin for ctx in contexts], [ctx.masks for ctx in contexts],
+            [ctx.cos for ctx in contexts], [ctx.sin for ctx in contexts], [ctx.masks for ctx in contexts], copy_keys,
         )  # (sum T_i, hidden)
         if last_only:
             x, sizes = x[torch.tensor(sizes).cumsum(0) - 1], [1] * len(lanes)
@@ -362,9 +374,14 @@ def weights_name(model) -> str:
     return model.weights if isinstance(model, PackedLlama) else "dense"
 
 
-def pack_model(model: torch.nn.Module, width_hint: int = 8, weights: str = "dense") -> "PackedLlama | torch.nn.Module":
+def pack_model(
+    model: torch.nn.Module, width_hint: int = 8, weights: str = "dense",
+    prefix_cache_bytes: int = DEFAULT_PREFIX_CACHE_BYTES,
+) -> "PackedLlama | torch.nn.Module":
     """The packed forward where the model allows it, else the model itself (transformers' forward)."""
-    return PackedLlama(model, width_hint, weights) if packing_refusal(model) is None else model
+    if packing_refusal(model) is not None:
+        return model
+    return PackedLlama(model, width_hint, weights, prefix_cache_bytes=prefix_cache_bytes)
 
 
 class PackedRunner:
@@ -376,13 +393,56 @@ class PackedRunner:
         self.model, self.steps = model, steps
         self.cache = model.new_cache(steps.cache_len)
         self.length = 0  # positions held: the prompt, then each block's real inputs (padding is overwritten)
+        self.reused = 0  # prompt tokens whose keys and values came from the prefix cache
 
     def prefill(self, prompt_ids: Sequence[int]) -> torch.Tensor:
-        # The prefill is shared by greedy and LLMA alike, so any key count does; its granule's end is cheapest.
-        key_len = self.steps.key_len(len(prompt_ids) - 1)
-        logits = self.model.prefill(self._ids(prompt_ids), self.cache, key_len)
+        """Logits (V,) of the prompt's last token, its keys and values in the cache."""
+        *_, logits = self.prefill_steps(prompt_ids)
+        return logits
+
+    def prefill_steps(self, prompt_ids: Sequence[int]) -> Iterator[torch.Tensor | None]:
+        """The prefill a forward at a time: None after each chunk but the last, then the last token's logits (V,).
+
+        Full chunks before the last one are taken from the model's prefix cache where an earlier prompt began
+        with the same tokens (decoding/prefix_cache.py), and kept there once computed. The prefill is shared by
+        greedy and LLMA alike, so any key count does; each forward's granule end is cheapest."""
+        chunked, prefixes = self.steps.prefill_chunk is not None, self.model.prefixes
+        key = PrefixCache.first_key(self.steps.prefill_chunk or 0)
+        reused = 0
+        for start, end in self.steps.prefill_chunks(len(prompt_ids)):
+            full = chunked and end - start == self.steps.prefill_chunk
+            if full:
+                key = PrefixCache.next_key(key, prompt_ids[start:end])
+            if full and end < len(prompt_ids) and (kv := prefixes.get(key)) is not None:
+                self._write(kv, start, end)
+                reused += end - start
+                continue
+            ids = self._ids(prompt_ids[start:end])
+            logits = self.model.prefill(ids, start, self.cache, self.steps.key_len(end - 1), chunked)
+            if full:
+                prefixes.put(key, self._read(start, end))
+            if end < len(prompt_ids):
+                yield None
+        if chunked:
+            prefixes.count(reused, len(prompt_ids) - reused)
+        self.reused = reused
         self.length = len(prompt_ids)
-        return logits[-1]
+        yield logits[-1]
+
+    @torch.inference_mode()  # on the scheduler's thread too, over a cache made in inference mode
+    def _read(self, start: int, end: int) -> torch.Tensor:
+        """Keys and values of positions start..end, (2, layers, kv_heads, end - start, dim), a copy."""
+        return torch.stack([
+            torch.stack([layer[0, :, start:end] for layer in self.cache.keys]),
+            torch.stack([layer[0, :, start:end] for layer in self.cache.values]),
+        ])
+
+    @torch.inference_mode()  # on the scheduler's thread too, over a cache made in inference mode
+    def _write(self, kv: torch.Tensor, start: int, end: int) -> None:
+        for layer, keys in enumerate(self.cache.keys):
+            keys[0, :, start:end] = kv[0, layer]
+        for layer, values in enumerate(self.cache.values):
+            values[0, :, start:end] = kv[1, layer]
 
     def step(self, block: list[int]) -> torch.Tensor:
         """Logits (len(block), V) of one forward of `block` padded to the step width; every row through the head.

@@ -28,6 +28,7 @@ class DecodeResult:
     drafted_tokens: int = 0
     seconds: float = 0.0
     prefill_seconds: float = 0.0
+    prompt_reused: int = 0  # prompt tokens taken from the prefix cache, not computed (decoding/prefix_cache.py)
     copied_runs: list[CopiedRun] = field(default_factory=list)
     stop_reason: str | None = None  # one of STOP_REASONS once the reply ended
     repeat_start: int | None = None  # under the stop rule: where the repetition began, i.e. where the reply is cut

@@ -5,11 +5,13 @@ Each reply keeps its own algorithm in its own thread (`llma_steps` over a `Model
 different: a `ScheduledRunner` hands each W-wide block to the scheduler and waits for its logits. A round starts
 once every reply holding a slot has handed in its block, or `gather_s` after the first did and the model was
 free (a reply busy elsewhere, e.g. streaming to a slow browser, joins the next round). New replies' prefills run
-alone, between rounds. A row's logits do not depend on the other rows (decoding/batch_probe.py measures it;
-where it does not hold, `Scheduler.checked` lets one reply into a forward at a time), so every reply is
-bit-identical to the same reply decoded alone. Where short blocks run unpadded alone but rows of short blocks
-change bits in company (dense bf16 on the Xeon with AMX), the scheduler pads each block to W before stacking:
-a row's bits equal in a padded block and a short one alone (both measured at start), so sharing stays lossless.
+alone, a chunk between two rounds (StepConfig.prefill_chunk), oldest first: a newcomer's long prompt slows the
+others' streams down while it lasts, never stops them. A row's logits do not depend on the other rows
+(decoding/batch_probe.py measures it; where it does not hold, `Scheduler.checked` lets one reply into a forward
+at a time), so every reply is bit-identical to the same reply decoded alone. Where short blocks run unpadded
+alone but rows of short blocks change bits in company (dense bf16 on the Xeon with AMX), the scheduler pads each
+block to W before stacking: a row's bits equal in a padded block and a short one alone (both measured at start),
+so sharing stays lossless.
 """
 
 import threading
@@ -55,8 +57,20 @@ class _StepJob:
 
 @dataclass
 class _PrefillJob:
-    run: Callable[[], torch.Tensor]
+    chunks: Iterator[torch.Tensor | None]  # PackedRunner.prefill_steps: None per chunk, then the logits
     logits: Future = field(default_factory=Future)
+
+    def run_chunk(self) -> bool:
+        """Run the next chunk; True once the prefill is over (its logits or its error handed over)."""
+        try:
+            logits = next(self.chunks)
+        except Exception as error:  # handed to the reply's own thread, which raises it there
+            self.logits.set_exception(error)
+            return True
+        if logits is None:
+            return False
+        self.logits.set_result(logits)
+        return True
 
 
 class Scheduler:
@@ -120,9 +134,9 @@ class Scheduler:
                 self._holders -= 1
                 self._changed.notify_all()
 
-    def prefill(self, run: Callable[[], torch.Tensor]) -> torch.Tensor:
-        """Run a reply's prefill (`run`) on the scheduler's thread, alone, between rounds."""
-        job = _PrefillJob(run)
+    def prefill(self, chunks: Iterator[torch.Tensor | None]) -> torch.Tensor:
+        """Run a reply's prefill on the scheduler's thread, alone, a chunk between two rounds; its logits (V,)."""
+        job = _PrefillJob(chunks)
         with self._changed:
             self._prefills.append(job)
             self._changed.notify_all()
@@ -150,10 +164,11 @@ class Scheduler:
                     self._changed.wait(self._gather_left())
                 if self._closed:
                     return
-                prefills, self._prefills = self._prefills, []
+                prefill = self._prefills[0] if self._prefills else None
                 steps, self._steps = (self._steps, []) if self._round_ready() else ([], self._steps)
-            for job in prefills:
-                _settle(job.logits, job.run)
+            if prefill is not None and prefill.run_chunk():
+                with self._changed:
+                    self._prefills.remove(prefill)
             if steps:
                 self._forward(steps)
             with self._changed:
@@ -204,8 +219,12 @@ class ScheduledRunner:
     def length(self) -> int:
         return self.runner.length
 
+    @property
+    def reused(self) -> int:
+        return self.runner.reused
+
     def prefill(self, prompt_ids: Sequence[int]) -> torch.Tensor:
-        return self.scheduler.prefill(lambda: self.runner.prefill(prompt_ids))
+        return self.scheduler.prefill(self.runner.prefill_steps(prompt_ids))
 
     def step(self, block: list[int]) -> torch.Tensor:
         """Logits (len(block), V), the block sharing its forward with whichever replies wait with it."""

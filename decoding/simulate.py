@@ -27,6 +27,7 @@ class ReplayVerifier:
         self.produced = 0  # reply tokens chosen so far, the pending one included
         self.forward_sizes: list[int] = []
         self.forward_passes = 0
+        self.prompt_reused = 0  # a replay runs no prefill
 
     def first_token(self) -> int:
         self.produced = 1

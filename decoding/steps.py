@@ -37,10 +37,20 @@ class StepConfig:
     # it was measured at start that a row gets the same bits in a shorter block (decoding/batch_probe.py; the
     # int8 and int4 kernels on the Xeons): a greedy step then costs one row, not W.
     padded: bool = True
+    # How the packed forward feeds the prompt: in chunks of this many tokens starting at its multiples (the last
+    # one shorter), each chunk attending over the keys up to its own end; None: the whole prompt in one forward
+    # (every reply before chunks). A chunk's keys and values are then a function of the tokens up to its end
+    # alone, whatever the prompt's length, the cache's size or the tokens after it, so a chunk computed for one
+    # prompt serves every prompt that starts with the same tokens (decoding/prefix_cache.py) without changing
+    # a bit; and a long prompt's prefill can give way to other replies' steps between its chunks. 64-token
+    # chunks cost 7% more than one forward for a 704-token prompt (756 vs 704 ms, AMD EPYC, dense bf16).
+    prefill_chunk: int | None = None
 
     def __post_init__(self) -> None:
         if self.width is not None and not 1 <= self.width <= self.cache_len:
             raise ValueError("step width must be at least 1 and at most cache_len")
+        if self.prefill_chunk is not None and (self.prefill_chunk < 1 or self.prefill_chunk % self.key_granule):
+            raise ValueError(f"prefill chunks must be a positive multiple of {self.key_granule} tokens")
 
     def check_fits(self, prompt_len: int, max_new_tokens: int) -> None:
         """Refuse a call whose prompt and reply would overflow the preallocated cache."""
@@ -53,6 +63,11 @@ class StepConfig:
     def block_len(self, position: int) -> int:
         """How many inputs the forward starting at `position` takes: W, or fewer so as not to cross a granule."""
         return min(self.width, self.key_granule - position % self.key_granule)
+
+    def prefill_chunks(self, prompt_len: int) -> list[tuple[int, int]]:
+        """(start, end) of each forward that feeds a prompt of `prompt_len` tokens."""
+        chunk = self.prefill_chunk or prompt_len
+        return [(start, min(prompt_len, start + chunk)) for start in range(0, prompt_len, chunk)]
 
     def key_len(self, position: int) -> int:
         """How many keys a block starting at `position` attends over (its granule's end)."""
@@ -68,9 +83,13 @@ class StepConfig:
 
 ONE_TOKEN_STEPS = StepConfig()
 CACHE_GRANULE = 256  # preallocated caches come in multiples of this, so nearby prompt lengths share one shape
+PREFILL_CHUNK = 64  # one key granule: the system prompt alone fills the first chunk (StepConfig.prefill_chunk)
 
 
-def sized_steps(width: int | None, prompt_len: int, max_new_tokens: int, padded: bool = True) -> StepConfig:
+def sized_steps(
+    width: int | None, prompt_len: int, max_new_tokens: int, padded: bool = True,
+    prefill_chunk: int | None = PREFILL_CHUNK,
+) -> StepConfig:
     """Steps of `width` with a cache just big enough for this prompt and reply budget, rounded up.
 
     Attention spans the whole preallocated cache, so a small cache is faster (a 512-position cache made a
@@ -80,7 +99,7 @@ def sized_steps(width: int | None, prompt_len: int, max_new_tokens: int, padded:
     if width is None:
         return ONE_TOKEN_STEPS
     needed = prompt_len + max_new_tokens + width
-    return StepConfig(width, -(-needed // CACHE_GRANULE) * CACHE_GRANULE, padded=padded)
+    return StepConfig(width, -(-needed // CACHE_GRANULE) * CACHE_GRANULE, padded=padded, prefill_chunk=prefill_chunk)
 
 
 def verify_in_blocks(

@@ -48,6 +48,8 @@ def stats_line(stats: ReplyStats) -> str:
         f"{stats.copied_share:.0%} copied",
         f"{passes} forward pass{'' if passes == 1 else 'es'}",
     ]
+    if stats.prompt_reused:  # its prefill computed only the rest
+        parts.append(f"{stats.prompt_reused} of {stats.prompt_tokens} prompt tokens reused")
     if stats.shared_with > 0:  # its seconds include the shared forwards' extra rows
         parts.append(f"shared forwards with {stats.shared_with:.1f} others on average")
     parts += [grounding_label(use, stats.tokens) for use in stats.grounding]

@@ -109,3 +109,23 @@ def test_a_reply_prefilled_in_its_own_int_format_verifies_after_prefills_went_de
     after = service.ask("Can I change the email address of my account?", session_id="another")
     assert after.stats.prefill_weights == "dense" and not after.stats.exact_hit
     assert service.verify(before.id).identical and service.verify(after.id).identical
+
+
+def test_prompts_that_begin_alike_reuse_their_chunks_and_reply_as_computed_whole(tmp_path: Path, tokenizer):
+    """The second customer's prompt starts with the first's system prompt: its chunks come from the prefix cache,
+    the reply says so, Verify agrees, and a service whose cache is empty gives the very same reply."""
+    model = make_tiny_llama(vocab_size=len(tokenizer), seed=5).to(torch.bfloat16)
+    settings = ChatSettings(max_new_tokens=12)
+    service = ChatService.open(Engine(PackedLlama(model), tokenizer, "tiny", 4), tmp_path / "a", settings=settings,
+                               seed=Seed(), cost=CURVE)
+    first = service.ask("How do I reset my password?")
+    second = service.ask("Can I change the email address of my account?", session_id="another")
+    assert first.stats.prefill_chunk == 64 and first.stats.prompt_reused == 0
+    assert second.stats.prompt_reused >= 64 and second.stats.prompt_tokens > second.stats.prompt_reused
+    assert service.verify(first.id).identical and service.verify(second.id).identical
+    cold = ChatService.open(Engine(PackedLlama(model), tokenizer, "tiny", 4), tmp_path / "b", settings=settings,
+                            seed=Seed(), cost=CURVE)
+    alone = cold.ask("Can I change the email address of my account?")
+    assert alone.stats.prompt_reused == 0 and alone.text == second.text
+    older = {k: v for k, v in second.stats.to_json().items() if k not in ("prefill_chunk", "prompt_reused")}
+    assert ReplyStats.from_json(older).steps().prefill_chunk is None  # replies from before: one prefill forward

@@ -98,12 +98,13 @@ def check_random_mixtures(scheduler: Scheduler, jobs: list[Job], alone: list[tup
 
 
 def tiny_jobs(rule_name: str, model: PackedLlama, seed: int) -> list[Job]:
-    """Greedy and LLMA replies to a few prompts of different lengths, with hostile references."""
+    """Greedy and LLMA replies to a few prompts of different lengths, with hostile references; most prompts
+    begin alike, as support prompts do, and are prefilled in chunks that the model's prefix cache shares."""
     rule, rng = RULES[rule_name], random.Random(seed)
-    jobs = []
+    jobs, beginning = [], random_ids(seed=seed, n=140)
     for i in range(4):
-        steps = StepConfig(width=rng.choice([4, 8]), cache_len=256)
-        prompt = random_ids(seed=seed + i, n=rng.randrange(3, 70))
+        steps = StepConfig(width=rng.choice([4, 8]), cache_len=256, prefill_chunk=rng.choice([None, 64, 64]))
+        prompt = beginning[: rng.randrange(0, 140)] + random_ids(seed=seed + i, n=rng.randrange(3, 40))
         options = LlmaOptions(48, 2 if rule_name == "dry" else None, repetition=rule)
         greedy = greedy_generate(model, prompt, 48, options.eos_token_id, steps=steps, repetition=rule).tokens
         jobs.append(Job(prompt, [], FixedCopyPolicy(1, 1), replace(options, **NO_COPY), steps))
@@ -127,7 +128,8 @@ def test_a_row_in_a_shared_forward_is_bit_identical_to_the_row_alone(arch, dtype
 def test_replies_in_random_mixtures_equal_the_replies_alone(arch, dtype, rule):
     model = PackedLlama(make_tiny_model(arch, DTYPES[dtype], seed=1))
     jobs = tiny_jobs(rule, model, seed=len(arch) + len(dtype))
-    alone = [fingerprint(decode_alone(model, job)) for job in jobs]
+    uncached = PackedLlama(model.source, prefix_cache_bytes=0)  # each prompt computed whole, alone
+    alone = [fingerprint(decode_alone(uncached, job)) for job in jobs]
     rng = random.Random(5)
     scheduler = Scheduler(model, max_slots=rng.choice([3, 8]))
     check_random_mixtures(scheduler, jobs, alone, rng, rounds=3, fewest=1)

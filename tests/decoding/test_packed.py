@@ -11,6 +11,7 @@ from decoding import (
     FixedCopyPolicy,
     LlmaOptions,
     PackedLlama,
+    PrefixCache,
     StepConfig,
     build_engine,
     choose_step_width,
@@ -25,6 +26,7 @@ from decoding.batch_probe import short_block_mismatches
 from decoding.cost_model import FLAT_TOLERANCE, STEP_WIDTHS, CostCurve
 from decoding.engine import StepWidth, needs_padding
 from decoding.forward import open_runner
+from decoding.packed import PackedRunner
 from decoding.weights import format_refusal, int4_weight
 
 from .invariance import differing_positions, make_tiny_model
@@ -314,7 +316,7 @@ def test_int_formats_prefill_dense_and_their_old_packing_prefills_in_its_own_for
 
     def prefilled(packed: PackedLlama) -> tuple[torch.Tensor, torch.Tensor]:
         cache = packed.new_cache(128)
-        return packed.prefill(ids, cache, 64), cache.keys[-1][:, :, :40]
+        return packed.prefill(ids, 0, cache, 64, chunked=False), cache.keys[-1][:, :, :40]
 
     dense, own = PackedLlama(model), PackedLlama(model, weights=weights, prefill_weights=weights)
     new = PackedLlama(model, weights=weights)
@@ -323,3 +325,50 @@ def test_int_formats_prefill_dense_and_their_old_packing_prefills_in_its_own_for
     cache = own.new_cache(128)
     assert torch.equal(prefilled(own)[0], own.forward(ids, 0, cache, 64, last_only=True))
     assert not torch.equal(prefilled(own)[1], prefilled(dense)[1])  # the formats' keys differ: Verify must know
+
+
+def prefill_chunked(packed: PackedLlama, prompt: list[int], cache_len: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """The last token's logits, every prompt key of every layer, and how many prompt tokens were reused."""
+    runner = PackedRunner(packed, StepConfig(4, cache_len, prefill_chunk=64))
+    logits = runner.prefill(prompt)
+    keys = torch.stack([layer[0, :, : len(prompt)] for layer in runner.cache.keys + runner.cache.values])
+    return logits, keys, runner.reused
+
+
+@pytest.mark.parametrize("weights", ["dense", *INT_FORMATS])
+@pytest.mark.parametrize(
+    ("arch", "overrides"), [("llama", {}), ("mistral", {"sliding_window": 8}), ("qwen2", {})]
+)
+def test_a_prompt_prefilled_from_cached_chunks_has_the_bits_of_one_computed_whole(arch, overrides, weights):
+    """Whatever the prefix cache holds, and whatever cache size a reply preallocates: the same prompt keys."""
+    model = make_tiny_model(arch, torch.bfloat16, seed=6, **overrides)
+    prompt, other = random_ids(seed=7, n=150), random_ids(seed=8, n=150)
+    shared_start = prompt[:100] + other[100:]  # the same first chunk as `prompt`, then its own tokens
+    changed_first = [prompt[0] + 1, *prompt[1:]]  # every token after the first the same: reuses nothing
+    cold = {tuple(p): prefill_chunked(PackedLlama(model, weights=weights), p, 256) for p in [prompt, shared_start]}
+    warm = PackedLlama(model, weights=weights)
+    assert prefill_chunked(warm, prompt, 512)[2] == 0
+    for p, cache_len, reused in [(prompt, 256, 128), (shared_start, 1024, 64), (changed_first, 256, 0),
+                                 (shared_start, 256, 128), (prompt, 1024, 128)]:
+        logits, keys, got = prefill_chunked(warm, p, cache_len)
+        assert got == reused, (p[:3], cache_len)
+        if tuple(p) in cold:
+            assert torch.equal(logits, cold[tuple(p)][0]) and torch.equal(keys, cold[tuple(p)][1])
+    assert warm.prefixes.stats.reused_tokens == 448
+
+
+def test_the_prefix_cache_keeps_the_most_recent_chunks_within_its_bytes():
+    chunk = torch.zeros(2, 3, 1, 64, 8, dtype=torch.bfloat16)  # 6 KiB
+    size = chunk.numel() * chunk.element_size()
+    cache = PrefixCache(max_bytes=3 * size)
+    keys = [PrefixCache.next_key(PrefixCache.first_key(64), [i]) for i in range(5)]
+    for key in keys[:3]:
+        cache.put(key, chunk)
+    assert cache.get(keys[0]) is chunk  # now the most recently used
+    cache.put(keys[3], chunk)
+    assert cache.get(keys[1]) is None and cache.get(keys[0]) is chunk and len(cache) == 3
+    assert cache.bytes_held == 3 * size
+    PrefixCache(max_bytes=0).put(keys[4], chunk)  # a cache of no bytes keeps nothing, and says nothing
+    assert PrefixCache.next_key(keys[0], [1, 2]) != PrefixCache.next_key(keys[0], [258])  # tokens, not bytes, joined
+    with pytest.raises(ValueError):
+        StepConfig(4, 256, prefill_chunk=48)  # chunks end at key granules
