@@ -22,6 +22,7 @@ from decoding import (
     ModelLoadError,
     StepWidth,
     check_lossless,
+    in_passing_thread,
     pick_device,
     pick_dtype,
 )
@@ -127,11 +128,11 @@ def main() -> None:
         _fail(f"bad setting: {err}")
     torch.set_num_threads(settings.threads)  # process-wide: set here, in the entry point, only
     try:
-        service = ChatService.create(
+        service = in_passing_thread(lambda: ChatService.create(
             settings.data_dir, settings.model, settings.db_url, chat_settings,
             dtype=dtype, device=device, step_width=settings.step_width_setting(), weights=settings.weights,
             prefix_cache_bytes=settings.prefix_cache_mb * 2**20,
-        )
+        ))
     except ModelLoadError as err:
         _fail(f"cannot load the model: {err}")
     except EngineConfigError as err:
@@ -142,6 +143,8 @@ def main() -> None:
     except InputError as err:
         _fail(f"CHATBOT_ADMIN_PASSWORD: {err}")
     print(_announcement(bootstrap, "CHATBOT_ADMIN_PASSWORD"), flush=True)
+    if service.scheduler is not None:  # its thread alone computes on several cores; the server's on one
+        torch.set_num_threads(1)
     print(f"Engine: {service.describe()}", flush=True)
     print(f"Chat: http://{settings.host}:{settings.port}/   Admin: http://{settings.host}:{settings.port}/admin")
     admin = AdminService(service.cache, service, accounts)

@@ -26,7 +26,7 @@ from bench.workloads import round_robin
 from chatbot import ChatService, ChatSettings, Seed
 from chatbot.service import open_cache
 from data import group_questions, load_questions
-from decoding import WEIGHTS_SETTINGS
+from decoding import WEIGHTS_SETTINGS, PackedLlama, in_passing_thread
 
 MODES = {"taking turns": 1, "batched": ChatSettings.max_concurrent_replies}
 
@@ -93,19 +93,34 @@ def ask_at_once(service: ChatService, questions: list[str]) -> tuple[float, list
     return seconds, answered
 
 
-def run_round(engine, customers: int, mode: str, questions: list[str], settings: ChatSettings) -> Round:
-    """A fresh install answering `questions` at once in `mode`."""
+def run_round(
+    engine, customers: int, mode: str, questions: list[str], settings: ChatSettings, threads: int
+) -> Round:
+    """A fresh install answering `questions` at once in `mode`, its prefix cache empty as after a start; started
+    as app.py starts, so that only the scheduler's thread computes on `threads` cores (decoding/threads.py)."""
     settings = replace(settings, max_concurrent_replies=MODES[mode])
+    if isinstance(engine.model, PackedLlama):
+        engine.model.prefixes.clear()
     with tempfile.TemporaryDirectory(prefix="concurrency-") as data_dir:
         cache = open_cache(data_dir, None, settings.max_entries)
+        service = None
         try:
-            service = ChatService.start(engine, cache, data_dir, settings, Seed.shipped())
-            service.ask("Hello, is anyone there?")  # first calls allocate buffers; no question of the pool
+            torch.set_num_threads(threads)
+            service = in_passing_thread(lambda: started(engine, cache, data_dir, settings))
+            torch.set_num_threads(1 if service.scheduler is not None else threads)  # the customers' threads
             seconds, answered = ask_at_once(service, questions)
         finally:
+            if service is not None and service.scheduler is not None:
+                service.scheduler.close()
             cache.close()
     print(f"{customers} at once, {mode}: {seconds:.1f} s", flush=True)
     return Round(customers, mode, seconds, answered)
+
+
+def started(engine, cache, data_dir: str, settings: ChatSettings) -> ChatService:
+    service = ChatService.start(engine, cache, data_dir, settings, Seed.shipped())
+    service.ask("Hello, is anyone there?")  # first calls allocate buffers; no question of the pool
+    return service
 
 
 def table(rounds: list[Round]) -> str:
@@ -165,14 +180,14 @@ def main() -> None:
     if any(n < 1 for n in counts):
         parser.error("--customers: each count must be at least 1")
     torch.set_num_threads(args.threads)
-    engine = app_engine(args.weights)
+    engine = in_passing_thread(lambda: app_engine(args.weights))
     print(f"Engine: {engine.describe()}", flush=True)
     settings = ChatSettings(max_new_tokens=args.max_new_tokens)
     pool = distinct_questions(max(counts) * 2)
     rounds = []
     for i, n in enumerate(counts):
         questions = pool[:n] if i % 2 == 0 else pool[-n:]  # another set each round; both modes ask the same
-        rounds += [run_round(engine, n, mode, questions, settings) for mode in MODES]
+        rounds += [run_round(engine, n, mode, questions, settings, args.threads) for mode in MODES]
     body = (f"{table(rounds)}\n\nReplies of at most {args.max_new_tokens} tokens. "
             "![throughput and p95 latency](concurrency.png)")
     print(write_side_run(args.out, "Many customers at once", engine.describe(), body, "report.md", "rounds.json",

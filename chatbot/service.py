@@ -136,8 +136,9 @@ class ChatService:
     def describe(self) -> str:
         """The engine line, and how concurrent replies are served."""
         if self.scheduler is None:
-            why = "as set" if self.engine.forward == "packed" else f"{self.forward_name} forward"
-            return f"{self.engine.describe()}; one reply at a time ({why})"
+            return f"{self.engine.describe()}; one reply at a time ({self.forward_name} forward)"
+        if self.settings.max_concurrent_replies == 1:
+            return f"{self.engine.describe()}; one reply at a time (as set)"
         if self.scheduler.max_slots == 1:
             return f"{self.engine.describe()}; one reply per forward (this CPU's rows change bits in company)"
         padded = ", short blocks padded in company" if self.scheduler.pad_to else ""
@@ -313,9 +314,10 @@ class ChatService:
 
 
 def open_scheduler(engine: Engine, max_concurrent_replies: int) -> Scheduler | None:
-    """The scheduler that owns the packed forward; None where replies take turns, a forward at a time:
-    on transformers' forward, or when one reply at a time is asked for (as before continuous batching)."""
-    if engine.forward != "packed" or max_concurrent_replies == 1:
+    """The scheduler that owns the packed forward, serving one reply at a time where that is asked for (as before
+    continuous batching): its thread is then still the only one that computes on several cores (see
+    decoding/threads.py); None on transformers' forward, whose replies take turns in their own threads."""
+    if engine.forward != "packed":
         return None
     return Scheduler.checked(
         engine.model, engine.step_width, max_concurrent_replies, short_lanes=not engine.padded_steps

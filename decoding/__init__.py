@@ -32,6 +32,7 @@ from .steps import (
     sized_steps,
     verify_in_blocks,
 )
+from .threads import in_passing_thread
 
 __all__ = [
     "AUTO",
@@ -44,6 +45,7 @@ __all__ = [
     "StepWidth",
     "build_engine",
     "check_lossless",
+    "in_passing_thread",
     "load_engine",
     "ONE_TOKEN_STEPS",
     "UNKNOWN",

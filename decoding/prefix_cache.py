@@ -70,6 +70,12 @@ class PrefixCache:
                 _, old = self._chunks.popitem(last=False)
                 self._bytes -= old.numel() * old.element_size()
 
+    def clear(self) -> None:
+        """Forget every chunk (a benchmark's fresh start); the counts stay."""
+        with self._lock:
+            self._chunks.clear()
+            self._bytes = 0
+
     def count(self, reused: int, computed: int) -> None:
         with self._lock:
             self.stats.reused_tokens += reused

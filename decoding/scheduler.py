@@ -93,8 +93,12 @@ class Scheduler:
         self._first_step_at = 0.0
         self._free_since = 0.0  # when the model last finished work: the replies it served submit again from then
         self._closed = False
-        self._thread = threading.Thread(target=self._run, name="decode-scheduler", daemon=True)
+        # The thread computes on as many cores as its creator; it takes them before the constructor returns, so
+        # an entry point may then put every later thread on one (decoding/threads.py).
+        self._threads, started = torch.get_num_threads(), threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(started,), name="decode-scheduler", daemon=True)
         self._thread.start()
+        started.wait()
 
     @classmethod
     def checked(cls, model: PackedLlama, width: int, max_slots: int = DEFAULT_MAX_SLOTS,
@@ -157,7 +161,12 @@ class Scheduler:
 
     # --- the scheduler's thread --------------------------------------------------------------------
 
-    def _run(self) -> None:
+    def _run(self, started: threading.Event) -> None:
+        # This thread's own OpenMP team (decoding/threads.py). torch sizes a thread's team from its default at the
+        # thread's first call, and would undo the size set here then: so that call comes first.
+        torch.get_num_threads()
+        torch.set_num_threads(self._threads)
+        started.set()
         while True:
             with self._changed:
                 while not (self._closed or self._prefills or self._round_ready()):

@@ -31,6 +31,7 @@ from decoding import scheduler as scheduler_module
 from decoding.batch_probe import shared_forward_mismatches, short_block_mismatches
 from decoding.packed import Lane
 from decoding.scheduler import Scheduler, Sharing, scheduled_llma_stream
+from decoding.threads import in_passing_thread
 from tests.threads import run_at_once
 
 from .invariance import make_tiny_model
@@ -272,3 +273,24 @@ def test_bundled_bf16_replies_in_company_equal_the_replies_alone():
             assert [fingerprint(r) for r in results] == [alone[i] for i in picks], picks
     finally:
         scheduler.close()
+
+
+def test_the_scheduler_thread_computes_on_its_creators_cores_whatever_later_threads_are_given():
+    """app.py starts the service, then puts every later thread on one core (decoding/threads.py)."""
+    model = PackedLlama(make_tiny_model("llama", torch.float32))
+    before = torch.get_num_threads()
+
+    def threads_there():
+        yield torch.tensor(torch.get_num_threads())
+
+    try:
+        torch.set_num_threads(2)
+        scheduler = in_passing_thread(lambda: Scheduler(model, max_slots=2))
+        torch.set_num_threads(1)
+        assert in_passing_thread(torch.get_num_threads) == 1  # a thread started now: one core
+        assert scheduler.prefill(threads_there()).item() == 2
+        with pytest.raises(ZeroDivisionError):
+            in_passing_thread(lambda: 1 / 0)  # an error comes back to the caller
+        scheduler.close()
+    finally:
+        torch.set_num_threads(before)
