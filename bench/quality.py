@@ -156,7 +156,7 @@ def main() -> None:
     if unknown:  # fails before the model loads
         parser.error(f"--variants: unknown {', '.join(unknown)}; choose from {', '.join(VARIANTS)}")
     torch.set_num_threads(args.threads)
-    engine = app_engine()
+    engine = app_engine(prefix_cache_bytes=0)  # a reply and its step-by-step rerun each prefill their own prompt
     print(f"Engine: {engine.describe()}", flush=True)
     sets = question_sets(load_questions(), args.questions, args.skip)
     asked = [a for variant in variants for a in run_variant(engine, variant, sets, args.max_new_tokens, args.verify)]

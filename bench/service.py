@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> None:
     reworded, novel = select(load_questions(), args.half, covered, args.questions, args.novel)
     # One reply at a time on the model itself, so greedy baselines and replies share the same forward.
     settings = ChatSettings(max_new_tokens=args.max_new_tokens, max_concurrent_replies=1, prompt_layout=args.layout)
-    engine = app_engine()
+    engine = app_engine(prefix_cache_bytes=0)  # the reply and its greedy rerun each prefill their own prompt
     print(f"Engine: {engine.describe()}", flush=True)
     with tempfile.TemporaryDirectory(prefix="service-") as data_dir:
         cache = open_cache(data_dir, None, settings.max_entries)

@@ -182,7 +182,11 @@ def check_lossless(dtype: torch.dtype, step_width: int | None) -> None:
 def load_engine(
     path: str | Path | None = None, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
     width: StepWidth = AUTO, choose_width: WidthChooser = choose_step_width, weights: str = "dense",
+    prefix_cache_bytes: int = DEFAULT_PREFIX_CACHE_BYTES,
 ) -> Engine:
     """The model at `path` (the bundled SmolLM2 when None) as an Engine: the service's and the bench's one way in."""
     model, tokenizer = load_model(path, dtype=dtype, device=device)
-    return build_engine(model, tokenizer, str(path or DEFAULT_MODEL_ID), width, choose_width, weights)
+    return build_engine(
+        model, tokenizer, str(path or DEFAULT_MODEL_ID), width, choose_width, weights,
+        prefix_cache_bytes=prefix_cache_bytes,
+    )
