@@ -55,6 +55,8 @@ class Settings(BaseSettings):
     grounding: Literal["approved", "all", "off"] = ChatSettings.grounding
     grounding_threshold: float = ChatSettings.grounding_threshold
     grounding_margin: float = ChatSettings.grounding_margin
+    article_match_threshold: float = ChatSettings.article_match_threshold
+    article_match_margin: float = ChatSettings.article_match_margin
     lexical_weight: float = ChatSettings.lexical_weight
     match_answers: bool = ChatSettings.match_answers
     grounding_answers: int = ChatSettings.grounding_answers
@@ -99,6 +101,7 @@ class Settings(BaseSettings):
             similarity_threshold=self.similarity_threshold, use_knowledge_base=self.use_knowledge_base,
             grounding=self.grounding, grounding_threshold=self.grounding_threshold,
             grounding_margin=self.grounding_margin, lexical_weight=self.lexical_weight,
+            article_match_threshold=self.article_match_threshold, article_match_margin=self.article_match_margin,
             match_answers=self.match_answers,
             grounding_answers=self.grounding_answers, grounding_token_budget=self.grounding_token_budget,
             repetition=NAMED_RULES[self.repetition], prompt_layout=self.prompt_layout,

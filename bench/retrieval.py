@@ -24,7 +24,7 @@ from transformers import AutoTokenizer
 from bench.markdown import fmt, table, write_side_run
 from cache import AnswerCache, Embedder
 from cache.records import Hit
-from chatbot.grounding import GroundingPolicy, choose_grounding
+from chatbot.grounding import GroundingPolicy, article_of_match, choose_grounding
 from chatbot.seed import Seed, seed_help_centre
 from chatbot.settings import ChatSettings
 from data import Question, group_questions, load_questions
@@ -36,6 +36,9 @@ FUSIONS = tuple((answers, weight) for answers in (False, True) for weight in WEI
 THRESHOLDS = tuple(round(0.30 + 0.025 * i, 3) for i in range(37))  # 0.30 .. 1.20
 MARGINS = (0.0, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2)
 TARGET_PRECISION, TARGET_NOVEL = 0.95, 0.05
+ARTICLE_THRESHOLDS = tuple(round(0.35 + 0.05 * i, 2) for i in range(8))  # 0.35 .. 0.70
+ARTICLE_MARGINS = (0.0, 0.05, 0.1)
+TARGET_ARTICLE_WRONG = 0.10  # the article rule is chosen for most right picks with at most this share wrong
 BEFORE_THRESHOLD = 0.6  # the rule before aliases and the check: the best cosine grounds from 0.6 on
 
 
@@ -51,6 +54,7 @@ class Probe:
     article_text: str | None
     matches: list[Hit]
     article_score: float = 0.0
+    gold_article: str | None = None  # the article the shipped data names for the group (None: none covers it)
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,18 @@ class Score:
     novel_grounded: float  # uncovered wordings that got one
     covered: int
     uncovered: int
+
+
+@dataclass(frozen=True)
+class ArticleScore:
+    """The help article each wording got: the shipped one, another (wrong), none; and for wordings no article
+    covers, how many got one anyway."""
+
+    right: float
+    wrong: float
+    novel_picked: float
+    labeled: int
+    unlabeled: int
 
 
 @dataclass(frozen=True)
@@ -111,7 +127,7 @@ def probe_all(cache: AnswerCache, asked: list[Question], covered: set[str], arti
             matches = cache.match(q.question, k=2, model_id=MODEL_ID, lexical_weight=weight, match_answers=answers)
             probes[answers, weight].append(Probe(q.group, q.question, q.group in covered, half_of(q.group),
                                         article.id if article else None, text, matches,
-                                        article.score if article else 0.0))
+                                        article.score if article else 0.0, q.article))
     return probes
 
 
@@ -163,7 +179,8 @@ def curve(probes: list[Probe], groups: dict[int, str], margin: float, half: str)
     return [(threshold, score(probes, groups, GroundingPolicy(threshold, margin), half)) for threshold in THRESHOLDS]
 
 
-def report(runs: dict[int, Tuned], baselines: dict[int, dict[str, Score]], curves: dict[int, list]) -> str:
+def report(runs: dict[int, Tuned], baselines: dict[int, dict[str, Score]], curves: dict[int, list],
+           articles: dict[int, str]) -> str:
     header = ["confirmed wordings per group", "rule", "half", "coverage", "precision", "novel grounded",
               "questions (covered / uncovered)"]
     rows = []
@@ -174,6 +191,10 @@ def report(runs: dict[int, Tuned], baselines: dict[int, dict[str, Score]], curve
         for rule, measured in baselines[aliases].items():
             rows.append([str(aliases), rule, "held-out", *_cells(measured)])
     body = [table(header, rows)]
+    for aliases, text in articles.items():
+        body.append(f"### The help article each wording gets ({aliases} confirmed wordings per group, the app's "
+                    "match; rule tuned on the tuning half)")
+        body.append(text)
     for aliases, points in curves.items():
         tuned = runs[aliases]
         body.append(f"### Held-out curve over the threshold ({aliases} confirmed wordings per group, "
@@ -181,6 +202,46 @@ def report(runs: dict[int, Tuned], baselines: dict[int, dict[str, Score]], curve
         body.append(table(["threshold", "coverage", "precision", "novel grounded"],
                           [[str(t), *_cells(s)[:3]] for t, s in points if 0.4 <= t <= 1.0]))
     return "\n\n".join(body)
+
+
+def article_score(probes: list[Probe], rule: tuple[float, float] | None, half: str) -> ArticleScore:
+    """How the article pick fares on one half: by the article's vector alone (`rule` None), or with the chat
+    turn's rule (TurnPlanner.pick_article) at (threshold, margin)."""
+    asked = [p for p in probes if p.half == half]
+    picks = [(p, article_of_match(p.matches, *rule) if rule else None) for p in asked]
+    picks = [(p, pick or p.article_id) for p, pick in picks]
+    labeled = [(p, pick) for p, pick in picks if p.gold_article]
+    unlabeled = [pick for p, pick in picks if not p.gold_article]
+    right = sum(pick == p.gold_article for p, pick in labeled)
+    wrong = sum(pick not in (None, p.gold_article) for p, pick in labeled)
+    n = max(len(labeled), 1)
+    return ArticleScore(right / n, wrong / n, sum(pick is not None for pick in unlabeled) / max(len(unlabeled), 1),
+                        len(labeled), len(unlabeled))
+
+
+def tune_article_rule(probes: list[Probe]) -> tuple[float, float]:
+    """(threshold, margin) with the most right picks on the tuning half, at most TARGET_ARTICLE_WRONG wrong."""
+    rules = [(t, m) for t in ARTICLE_THRESHOLDS for m in ARTICLE_MARGINS]
+    scored = [(article_score(probes, rule, "tune"), rule) for rule in rules]
+    fit = [(s, rule) for s, rule in scored if s.wrong <= TARGET_ARTICLE_WRONG] or scored
+    return max(fit, key=lambda x: (x[0].right, -x[0].wrong, x[1]))[1]
+
+
+def article_report(probes: list[Probe], app: ChatSettings) -> str:
+    tuned = tune_article_rule(probes)
+    rules = {"the article's own vector (before)": None,
+             f"tuned: the approved match's article from {tuned[0]}, margin {tuned[1]}": tuned,
+             f"the app's defaults: from {app.article_match_threshold}, margin {app.article_match_margin}":
+                 (app.article_match_threshold, app.article_match_margin)}
+    rows = []
+    for name, rule in rules.items():
+        for half in ("tune", "held-out"):
+            s = article_score(probes, rule, half)
+            rows.append([name, half, fmt(100 * s.right, ".0f", "%"), fmt(100 * s.wrong, ".0f", "%"),
+                         fmt(100 * (1 - s.right - s.wrong), ".0f", "%"), fmt(100 * s.novel_picked, ".0f", "%"),
+                         f"{s.labeled} / {s.unlabeled}"])
+    return table(["article pick", "half", "right", "wrong", "none", "uncovered wordings given one",
+                  "wordings (with an article / without)"], rows)
 
 
 def _fusion(answers: bool, weight: float) -> str:
@@ -192,7 +253,7 @@ def _cells(measured: Score) -> list[str]:
             fmt(100 * measured.novel_grounded, ".0f", "%"), f"{measured.covered} / {measured.uncovered}"]
 
 
-def measure(aliases: int, embedder: Embedder, app: ChatSettings) -> tuple[Tuned, dict[str, Score], list]:
+def measure(aliases: int, embedder: Embedder, app: ChatSettings) -> tuple[Tuned, dict[str, Score], list, str]:
     with tempfile.TemporaryDirectory() as folder:
         cache, groups = open_seeded(Path(folder), embedder)
         entry_of = {group: entry_id for entry_id, group in groups.items()}
@@ -210,7 +271,9 @@ def measure(aliases: int, embedder: Embedder, app: ChatSettings) -> tuple[Tuned,
         f"{app.grounding_threshold}, margin {app.grounding_margin}":
             score(probes[app.match_answers, app.lexical_weight], groups, shipped, "held-out"),
     }
-    return tuned, others, curve(probes[tuned.answers, tuned.weight], groups, tuned.margin, "held-out")
+    app_probes = probes[app.match_answers, app.lexical_weight]
+    articles = article_report(app_probes, app)
+    return tuned, others, curve(probes[tuned.answers, tuned.weight], groups, tuned.margin, "held-out"), articles
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -220,12 +283,12 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)  # MiniLM on one short question: a second thread only waits on a shared machine
     embedder, app = Embedder.load(), ChatSettings()
-    runs, baselines, curves = {}, {}, {}
+    runs, baselines, curves, articles = {}, {}, {}, {}
     for aliases in (int(a) for a in args.aliases.split(",")):
-        runs[aliases], baselines[aliases], curves[aliases] = measure(aliases, embedder, app)
+        runs[aliases], baselines[aliases], curves[aliases], articles[aliases] = measure(aliases, embedder, app)
     data = {str(a): {"tuned": asdict(t), **{k: asdict(v) for k, v in baselines[a].items()}} for a, t in runs.items()}
     text = write_side_run(args.out, "Retrieval: aliases, hybrid match and the consistency check", embedder.name,
-                          report(runs, baselines, curves), "report.md", "results.json", data)
+                          report(runs, baselines, curves, articles), "report.md", "results.json", data)
     print(text)
 
 

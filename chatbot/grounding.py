@@ -68,6 +68,16 @@ def choose_grounding(
     return GroundingChoice(grounding=rest, references=inside, reason=reason)
 
 
+def article_of_match(matches: list[Hit], threshold: float, margin: float) -> str | None:
+    """The article the best approved match was written from, when the question matches it with at least
+    `threshold` and `margin` ahead of the runner-up; else None (the article's own vector decides)."""
+    best = matches[0] if matches else None
+    if best is None or best.review != "approved" or not best.article_ids or best.score < threshold:
+        return None
+    ahead = best.score - (matches[1].score if len(matches) > 1 else -1.0)
+    return best.article_ids[0] if ahead >= margin else None
+
+
 def _why(article_decides: bool, beats: bool) -> str:
     return "article agrees" if article_decides else ("margin" if beats else "exact wording")
 

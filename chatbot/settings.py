@@ -36,6 +36,10 @@ class ChatSettings:
     # alone (docs/retrieval/report.md).
     grounding_threshold: float = 0.325
     grounding_margin: float = 0.075
+    # The help article comes from the best approved answer's own article when the question matches that answer
+    # this clearly (TurnPlanner.pick_article); chosen on the tuning half (bench/retrieval.py).
+    article_match_threshold: float = 0.4
+    article_match_margin: float = 0.05
     lexical_weight: float = 0.0  # BM25 measured no gain there with MiniLM; raise it for rare product terms
     match_answers: bool = True  # an approved entry also scores by its answer's cosine where that is higher
     grounding_answers: int = 1

@@ -1,7 +1,19 @@
 """bench.retrieval's bookkeeping on hand-made probes: what counts as coverage, precision and a grounded novel
 question, and that a confirmed wording is never also asked."""
 
-from bench.retrieval import BEFORE_THRESHOLD, Probe, asked_and_aliases, half_of, score
+from dataclasses import replace
+
+from bench.retrieval import (
+    ARTICLE_MARGINS,
+    ARTICLE_THRESHOLDS,
+    BEFORE_THRESHOLD,
+    Probe,
+    article_score,
+    asked_and_aliases,
+    half_of,
+    score,
+    tune_article_rule,
+)
 from cache.records import Hit
 from chatbot.grounding import GroundingPolicy
 
@@ -39,3 +51,21 @@ def test_confirmed_wordings_are_never_asked_and_halves_are_stable():
     assert all(q.group != "forgot-password" or q.question not in confirmed["forgot-password"] for q in asked)
     assert len({half_of("forgot-password") for _ in range(3)}) == 1
     assert len({half_of(q.group) for q in asked}) == 2
+
+
+def test_the_article_pick_takes_a_clear_approved_matchs_article_and_counts_right_wrong_and_none():
+    def asked(gold: str | None, vector_pick: str | None, best_score: float) -> Probe:
+        p = probe("reset", True, 1, best_score, article=vector_pick)  # the best match was written from "a"
+        return replace(p, gold_article=gold)
+
+    probes = [
+        asked("a", "b", 0.9),  # the vector picked "b"; the clear match's article "a" is right
+        asked("a", "b", 0.3),  # too weak a match: the vector's wrong "b" stays
+        asked("b", None, 0.9),  # the match's "a" is wrong where the vector had none
+        asked(None, None, 0.2),  # no article covers it, and none is given
+    ]
+    vector = article_score(probes, None, "tune")
+    assert (vector.right, vector.wrong, vector.novel_picked) == (0, 2 / 3, 0)
+    rule = article_score(probes, (0.5, 0.1), "tune")
+    assert (rule.right, rule.wrong, rule.labeled, rule.unlabeled) == (1 / 3, 2 / 3, 3, 1)
+    assert tune_article_rule(probes) in {(t, m) for t in ARTICLE_THRESHOLDS for m in ARTICLE_MARGINS}

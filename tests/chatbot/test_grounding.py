@@ -206,3 +206,24 @@ def test_staff_can_approve_a_grounded_replys_own_words_as_its_answer(service, tm
     ungrounded = service.ask("Which file types can I preview in the browser?")
     with pytest.raises(InputError):
         admin.adopt_reply("ada", ungrounded.id)
+
+
+def test_a_question_clearly_matching_an_approved_answer_gets_that_answers_article(tmp_path, tokenizer, model, embedder):
+    """The article's own vector would pick the decoy (it talks about passwords); the approved answer was written
+    from the other, and the question matches that answer clearly, so the prompt carries the answer's article."""
+    articles = {"reset-password": "Sign-in help R7\nVisit the page named in step one of the form.",
+                "decoy": "Password reset\nHow to reset a forgotten password and get back into the account."}
+    seed = Seed(articles=articles, answers=[StaffAnswer("forgot-password", QUESTION, APPROVED, "reset-password")])
+    service = ChatService.open(Engine(model, tokenizer, "tiny", step_width=None), tmp_path,
+                               settings=ChatSettings(max_new_tokens=8), seed=seed, cost=CURVE)
+    try:
+        assert service.cache.best_article(REWORDED, threshold=0.0).id == "decoy"
+        reply = service.ask(REWORDED)
+        assert reply.stats.article.id == "reset-password" and "Sign-in help R7" in prompt_text(service, reply.id)
+        alone = service.with_settings(article_match_threshold=1.01)  # the rule off: the article's own vector
+        reply = alone.ask(REWORDED, session_id="another")
+        assert reply.stats.article.id == "decoy" and "Sign-in help R7" not in prompt_text(alone, reply.id)
+        unclear = service.ask("Which file types can I preview in the browser?", session_id="third")
+        assert unclear.stats.grounding == () and (unclear.stats.article is None or unclear.stats.article.id == "decoy")
+    finally:
+        service.cache.close()
