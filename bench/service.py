@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> None:
             f"placed as `{args.layout}`"
             f"{OWN_NOTE if args.approve_own else ''}{'; times not measured (--copy-only)' if args.copy_only else ''}.")
     if not args.copy_only:
-        _, _, points = measure_retrieval(0, Embedder.load(), settings)
+        _, _, points, _ = measure_retrieval(0, Embedder.load(), settings)
         body += ("\n\n### Retrieval alone over the threshold (all held-out rewordings, no confirmed wordings, no "
                  f"decoding)\n\n{curve_table(points)}")
     print(write_side_run(args.out, "The service workload", engine.describe(), body, "report.md", "served.json",
