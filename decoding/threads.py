@@ -27,7 +27,7 @@ def in_passing_thread(run: Callable[[], T]) -> T:
         except BaseException as error:  # raised again in the caller's thread
             outcome.append((False, error))
 
-    thread = threading.Thread(target=target, name="start-up")
+    thread = threading.Thread(target=target, name="start-up", daemon=True)  # Ctrl-C in the caller ends it too
     thread.start()
     thread.join()
     ok, value = outcome[0]
