@@ -29,7 +29,6 @@ class ArticlePick:
     id: str
     text: str  # "Title\n\nbody"
     score: float  # the question's cosine to the article, or to the approved answer it was taken from
-    entry_id: int | None = None  # taken from this approved answer's own article (TurnPlanner.pick_article)
 
 
 @dataclass(frozen=True)
@@ -134,7 +133,7 @@ class TurnPlanner:
         that answer clearly (`article_match_threshold`, ahead of the runner-up by `article_match_margin`),
         else the one `found` by its own vector. A question is nearer a short answer in customers' words than a
         whole article, so this picks the right article more often: held-out rewordings of the shipped groups,
-        86% right and 8% wrong against 68% and 20% by the article's vector alone (bench/retrieval.py)."""
+        82% right and 10% wrong against 67% and 19% by the article's vector alone (docs/retrieval/report.md)."""
         settings = self.settings
         article_id = article_of_match(matches, settings.article_match_threshold, settings.article_match_margin)
         if not settings.use_knowledge_base or article_id is None or (found is not None and found.id == article_id):
@@ -142,7 +141,7 @@ class TurnPlanner:
         article = self.cache.get_article(article_id)  # None once staff deleted it
         if article is None:
             return found
-        return ArticlePick(article.id, f"{article.title}\n\n{article.body}", matches[0].score, matches[0].id)
+        return ArticlePick(article.id, f"{article.title}\n\n{article.body}", matches[0].score)
 
     def find_article(self, question: str) -> ArticlePick | None:
         """The article closest to the question by its own vector, if it clears `article_threshold`."""

@@ -234,7 +234,8 @@ class PackedLlama:
         self._rotary = inner.rotary_emb
         self._cos = self._sin = torch.empty(0)
         self._prefiller = (
-            self if self.prefill_weights == weights else PackedLlama(model, width_hint, self.prefill_weights, None, 0)
+            self if self.prefill_weights == weights
+            else PackedLlama(model, width_hint, self.prefill_weights, prefix_cache_bytes=0)  # keeps no chunks itself
         )
         self.prefixes = PrefixCache(prefix_cache_bytes)  # chunks of this packing's prefills (its prefiller's bits)
 
