@@ -408,10 +408,11 @@ class PackedRunner:
         with the same tokens (decoding/prefix_cache.py), and kept there once computed. The prefill is shared by
         greedy and LLMA alike, so any key count does; each forward's granule end is cheapest."""
         chunked, prefixes = self.steps.prefill_chunk is not None, self.model.prefixes
+        kept = chunked and prefixes.max_bytes > 0  # else no digest, lookup or copy: nothing would be kept
         key = PrefixCache.first_key(self.steps.prefill_chunk or 0)
         reused = 0
         for start, end in self.steps.prefill_chunks(len(prompt_ids)):
-            full = chunked and end - start == self.steps.prefill_chunk
+            full = kept and end - start == self.steps.prefill_chunk
             if full:
                 key = PrefixCache.next_key(key, prompt_ids[start:end])
             if full and end < len(prompt_ids) and (kv := prefixes.get(key)) is not None:

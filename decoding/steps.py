@@ -87,8 +87,7 @@ PREFILL_CHUNK = 64  # one key granule: the system prompt alone fills the first c
 
 
 def sized_steps(
-    width: int | None, prompt_len: int, max_new_tokens: int, padded: bool = True,
-    prefill_chunk: int | None = PREFILL_CHUNK,
+    width: int | None, prompt_len: int, max_new_tokens: int, padded: bool = True, prefill_chunk: int | None = None,
 ) -> StepConfig:
     """Steps of `width` with a cache just big enough for this prompt and reply budget, rounded up.
 
