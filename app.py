@@ -11,6 +11,7 @@ from pydantic import SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from cache import StaffStore
+from cache.embedder import DEFAULT_MODEL as DEFAULT_EMBEDDING_MODEL
 from chatbot import Accounts, AdminService, Admission, Bootstrap, ChatLimits, ChatService, ChatSettings, InputError
 from data import example_questions
 from decoding import (
@@ -53,10 +54,13 @@ class Settings(BaseSettings):
     similarity_threshold: float = ChatSettings.similarity_threshold
     use_knowledge_base: bool = ChatSettings.use_knowledge_base
     grounding: Literal["approved", "all", "off"] = ChatSettings.grounding
-    grounding_threshold: float = ChatSettings.grounding_threshold
-    grounding_margin: float = ChatSettings.grounding_margin
-    article_match_threshold: float = ChatSettings.article_match_threshold
-    article_match_margin: float = ChatSettings.article_match_margin
+    # None: the values tuned for the embedding model (chatbot/settings.py TUNED)
+    grounding_threshold: float | None = None
+    grounding_margin: float | None = None
+    article_match_threshold: float | None = None
+    article_match_margin: float | None = None
+    # all-mpnet-base-v2 (prepared by `make run`), all-MiniLM-L6-v2 (bundled, 5x faster to embed), or a folder
+    embedding_model: str = DEFAULT_EMBEDDING_MODEL
     lexical_weight: float = ChatSettings.lexical_weight
     match_answers: bool = ChatSettings.match_answers
     grounding_answers: int = ChatSettings.grounding_answers
@@ -105,7 +109,7 @@ class Settings(BaseSettings):
             match_answers=self.match_answers,
             grounding_answers=self.grounding_answers, grounding_token_budget=self.grounding_token_budget,
             repetition=NAMED_RULES[self.repetition], prompt_layout=self.prompt_layout,
-            max_concurrent_replies=self.max_concurrent_replies,
+            max_concurrent_replies=self.max_concurrent_replies, embedding_model=self.embedding_model,
         )
 
     def login_limits(self) -> LoginLimits:
@@ -149,6 +153,9 @@ def main() -> None:
     if service.scheduler is not None:  # its thread alone computes on several cores; the server's on one
         torch.set_num_threads(1)
     print(f"Engine: {service.describe()}", flush=True)
+    chosen = service.settings
+    print(f"Retrieval: {service.cache.embedder_name} embeddings; an approved answer grounds from "
+          f"{chosen.grounding_threshold} (margin {chosen.grounding_margin})", flush=True)
     print(f"Chat: http://{settings.host}:{settings.port}/   Admin: http://{settings.host}:{settings.port}/admin")
     admin = AdminService(service.cache, service, accounts)
     admission = Admission(replace(chat_limits, at_once=service.turns_at_once))  # the turns the service decodes at once

@@ -102,7 +102,7 @@ def run_round(
     if isinstance(engine.model, PackedLlama):
         engine.model.prefixes.clear()
     with tempfile.TemporaryDirectory(prefix="concurrency-") as data_dir:
-        cache = open_cache(data_dir, None, settings.max_entries)
+        cache = open_cache(data_dir, None, settings.max_entries, settings.embedding_model)
         service = None
         try:
             torch.set_num_threads(threads)

@@ -98,7 +98,7 @@ def run_variant(engine, variant: str, sets: dict[str, list[str]], max_new_tokens
     rule = replace(decoding_rule(rule), **rule_changes)
     settings = ChatSettings(max_new_tokens=max_new_tokens, repetition=rule, **changes)
     with tempfile.TemporaryDirectory(prefix="quality-") as data_dir:
-        cache = open_cache(data_dir, None, settings.max_entries)
+        cache = open_cache(data_dir, None, settings.max_entries, settings.embedding_model)
         service = ChatService.start(engine, cache, data_dir, settings, Seed.shipped())
         try:
             return ask_all(service, variant, sets, verify)

@@ -1,6 +1,6 @@
 """Retrieval alone, no decoding: which approved answer would ground each shipped rewording, tuned and held out.
 
-    python -m bench.retrieval [--aliases 2] [--out docs/retrieval]
+    python -m bench.retrieval [--aliases 2] [--out docs/retrieval] [--embedding-model all-MiniLM-L6-v2]
 
 A fresh install's cache (the shipped articles and approved staff answers) is asked every rewording the way
 the chat turn asks it (the hybrid match, the article pick, the consistency check of chatbot/grounding.py).
@@ -9,7 +9,7 @@ margin are chosen on the tuning half only (most coverage with precision >= 95% a
 grounded), then measured on the held-out half. `--aliases N` confirms each approved group's first N
 rewordings as wordings of its approved entry, as staff confirm suggestions; those wordings are never asked.
 Groups without an approved answer (novel questions, topics no answer covers) are asked in every wording:
-any grounding of them is wrong. Runs in about a minute on two cores (embedding only).
+any grounding of them is wrong. Runs in about two minutes with all-mpnet-base-v2, one with MiniLM (embedding only).
 """
 
 import argparse
@@ -23,6 +23,9 @@ from transformers import AutoTokenizer
 
 from bench.markdown import fmt, table, write_side_run
 from cache import AnswerCache, Embedder
+from cache.embedder import DEFAULT_MODEL as DEFAULT_EMBEDDING_MODEL
+from cache.embedder import MODEL_NAME as EMBEDDING_BUNDLED
+from cache.embedder import model_dir_of
 from cache.records import Hit
 from chatbot.grounding import GroundingPolicy, article_of_match, choose_grounding
 from chatbot.seed import Seed, seed_help_centre
@@ -280,9 +283,12 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.retrieval", description=__doc__.split("\n")[0])
     parser.add_argument("--aliases", default="0,2", help="confirmed wordings per group, comma-separated runs")
     parser.add_argument("--out", type=Path, default=Path("docs/retrieval"))
+    parser.add_argument("--embedding-model", default=DEFAULT_EMBEDDING_MODEL,
+                        help=f"a prepared model's name, {EMBEDDING_BUNDLED} (bundled) or a folder")
     args = parser.parse_args(argv)
-    torch.set_num_threads(1)  # MiniLM on one short question: a second thread only waits on a shared machine
-    embedder, app = Embedder.load(), ChatSettings()
+    torch.set_num_threads(1)  # one short question: a second thread only waits on a shared machine
+    embedder = Embedder.load(model_dir_of(args.embedding_model))
+    app = ChatSettings(embedding_model=args.embedding_model).for_embedder(embedder.name)
     runs, baselines, curves, articles = {}, {}, {}, {}
     for aliases in (int(a) for a in args.aliases.split(",")):
         runs[aliases], baselines[aliases], curves[aliases], articles[aliases] = measure(aliases, embedder, app)

@@ -26,6 +26,8 @@ from bench.retrieval import half_of
 from bench.retrieval import measure as measure_retrieval
 from bench.workloads import round_robin
 from cache import Embedder
+from cache.embedder import DEFAULT_MODEL as DEFAULT_EMBEDDING_MODEL
+from cache.embedder import model_dir_of
 from chatbot import ChatService, ChatSettings, Seed, Verification
 from chatbot.prompt import LAYOUTS
 from chatbot.service import open_cache
@@ -144,6 +146,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--copy-only", action="store_true",
                         help="no Verify and no plain greedy: coverage and copied share only (token counts, not times)")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    parser.add_argument("--embedding-model", default=DEFAULT_EMBEDDING_MODEL, help="as CHATBOT_EMBEDDING_MODEL")
     parser.add_argument("--out", type=Path, default=Path("results/service"))
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -151,11 +154,12 @@ def main(argv: list[str] | None = None) -> None:
     covered = {answer.group for answer in staff}
     reworded, novel = select(load_questions(), args.half, covered, args.questions, args.novel)
     # One reply at a time on the model itself, so greedy baselines and replies share the same forward.
-    settings = ChatSettings(max_new_tokens=args.max_new_tokens, max_concurrent_replies=1, prompt_layout=args.layout)
+    settings = ChatSettings(max_new_tokens=args.max_new_tokens, max_concurrent_replies=1, prompt_layout=args.layout,
+                            embedding_model=args.embedding_model)
     engine = app_engine(prefix_cache_bytes=0)  # the reply and its greedy rerun each prefill their own prompt
     print(f"Engine: {engine.describe()}", flush=True)
     with tempfile.TemporaryDirectory(prefix="service-") as data_dir:
-        cache = open_cache(data_dir, None, settings.max_entries)
+        cache = open_cache(data_dir, None, settings.max_entries, settings.embedding_model)
         service = ChatService.start(engine, cache, data_dir, settings, Seed.shipped())
         by_question = {answer.question: answer.group for answer in staff}
         approved = cache.list_entries(review="approved", limit=10_000).entries
@@ -174,7 +178,8 @@ def main(argv: list[str] | None = None) -> None:
             f"placed as `{args.layout}`"
             f"{OWN_NOTE if args.approve_own else ''}{'; times not measured (--copy-only)' if args.copy_only else ''}.")
     if not args.copy_only:
-        _, _, points, _ = measure_retrieval(0, Embedder.load(), settings)
+        embedder = Embedder.load(model_dir_of(args.embedding_model))
+        _, _, points, _ = measure_retrieval(0, embedder, settings.for_embedder(embedder.name))
         body += ("\n\n### Retrieval alone over the threshold (all held-out rewordings, no confirmed wordings, no "
                  f"decoding)\n\n{curve_table(points)}")
     print(write_side_run(args.out, "The service workload", engine.describe(), body, "report.md", "served.json",

@@ -59,6 +59,7 @@ class AnswerCache:
         embedding = Embedding(embed, dim)
         self.dim = dim
         self.max_entries = max_entries
+        self.embedder_name = ""  # the embedding model's name, set by `open` (thresholds are tuned per model)
         self._backend = Backend(
             engine=engine,
             sessions=sessions,
@@ -95,6 +96,7 @@ class AnswerCache:
         data_dir.mkdir(parents=True, exist_ok=True)
         engine = create_db_engine(url or f"sqlite:///{data_dir / DB_FILE}")
         cache = cls(engine, embed, dim, data_dir / INDEX_FILE, max_entries)
+        cache.embedder_name = embedder_name
         backend = cache._backend
         with startup_lock(engine), backend.lock:  # replicas starting at once create and re-embed one at a time
             create_schema(engine)

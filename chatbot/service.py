@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from cache import AnswerCache, Embedder, NewAnswer, NewReply
+from cache.embedder import model_dir_of
 from cache.records import Hit
 from decoding import (
     AUTO,
@@ -51,6 +52,7 @@ class ChatService:
         self, engine: Engine, cache: AnswerCache, settings: ChatSettings, cost: CostCurve,
         scheduler: Scheduler | None = None,
     ) -> None:
+        settings = settings.for_embedder(cache.embedder_name)  # thresholds left None: the model's tuned ones
         self.engine, self.cache, self.settings, self.cost = engine, cache, settings, cost
         self.tokenizer, self.model_id = engine.tokenizer, engine.model_id
         self.policy = AdaptiveCopyPolicy(cost=cost)
@@ -85,7 +87,7 @@ class ChatService:
         replica to start."""
         settings = settings or ChatSettings()
         model, tokenizer = load_model(model_path, dtype=dtype, device=device)  # a bad path fails before the rest
-        cache = open_cache(data_dir, db_url, settings.max_entries)
+        cache = open_cache(data_dir, db_url, settings.max_entries, settings.embedding_model)
         model_id = str(model_path or DEFAULT_MODEL_ID)
         cost_file = Path(data_dir) / COST_CURVES_FILE
         engine = build_engine(
@@ -106,7 +108,7 @@ class ChatService:
     ) -> "ChatService":
         """Open embedder and cache in `data_dir` (or at `db_url`) around a ready engine."""
         settings = settings or ChatSettings()
-        cache = open_cache(data_dir, db_url, settings.max_entries)
+        cache = open_cache(data_dir, db_url, settings.max_entries, settings.embedding_model)
         return cls.start(engine, cache, data_dir, settings, seed, cost)
 
     @classmethod
@@ -324,9 +326,9 @@ def open_scheduler(engine: Engine, max_concurrent_replies: int) -> Scheduler | N
     )
 
 
-def open_cache(data_dir: str | Path, db_url: str | None, max_entries: int) -> AnswerCache:
-    """The answer cache with the embedding model it indexes questions with."""
-    embedder = Embedder.load()
+def open_cache(data_dir: str | Path, db_url: str | None, max_entries: int, embedding_model: str) -> AnswerCache:
+    """The answer cache with the embedding model it indexes questions with (a name or a folder: model_dir_of)."""
+    embedder = Embedder.load(model_dir_of(embedding_model))
     return AnswerCache.open(
         Path(data_dir), embed=embedder.embed, dim=embedder.dim, url=db_url, max_entries=max_entries,
         embedder_name=embedder.name,

@@ -1,13 +1,35 @@
 """What shapes a chat turn, read once by the app and passed down."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from cache.embedder import MODEL_NAME as EMBEDDING_BUNDLED
 from decoding import RECOMMENDED_REPETITION_RULE, RepetitionRule
 
 from .prompt import DEFAULT_SYSTEM_PROMPT, LAYOUTS
 
 # Which review states each grounding setting lets into a prompt.
 GROUNDING_REVIEWS = {"approved": ("approved",), "all": ("approved", "candidate"), "off": ()}
+
+
+@dataclass(frozen=True)
+class MatchThresholds:
+    """The retrieval thresholds of one embedding model. Cosines of different models live on different scales,
+    so each model's are chosen on the tuning half of the shipped question groups (bench/retrieval.py)."""
+
+    grounding_threshold: float
+    grounding_margin: float
+    article_match_threshold: float
+    article_match_margin: float
+
+
+# Measured on the held-out half, fresh install (docs/retrieval/report.md and its all-MiniLM-L6-v2 folder):
+# mpnet grounds 82% of the rewordings, 92% of them right, and picks the right help article for 85%; MiniLM 72%,
+# 93% and 82%. Both ground 1 of 17 uncovered wordings.
+TUNED = {
+    "all-MiniLM-L6-v2": MatchThresholds(0.325, 0.075, 0.4, 0.05),
+    "all-mpnet-base-v2": MatchThresholds(0.475, 0.025, 0.45, 0.0),
+}
+UNTUNED_MODEL = "all-mpnet-base-v2"  # whose thresholds a model without its own takes (tune: bench/retrieval.py)
 
 
 @dataclass(frozen=True)
@@ -30,16 +52,16 @@ class ChatSettings:
     grounding: str = "approved"
     # The best approved match grounds when its fused score (best-wording cosine + lexical_weight x squashed
     # BM25) reaches grounding_threshold and its article is the chosen one or it beats the runner-up by
-    # grounding_margin (chatbot/grounding.py); chosen on the tuning half of the shipped groups (bench/retrieval.py).
-    # Measured there on a fresh install: the best of question and answer cosine, threshold 0.325, margin 0.075
-    # ground 72% of held-out rewordings, 93% of them right, against 36% and 89% for the question's cosine >= 0.6
-    # alone (docs/retrieval/report.md).
-    grounding_threshold: float = 0.325
-    grounding_margin: float = 0.075
-    # The help article comes from the best approved answer's own article when the question matches that answer
-    # this clearly (TurnPlanner.pick_article); chosen on the tuning half (bench/retrieval.py).
-    article_match_threshold: float = 0.4
-    article_match_margin: float = 0.05
+    # grounding_margin (chatbot/grounding.py). The help article comes from the best approved answer's own
+    # article when the question matches that answer by article_match_threshold, article_match_margin ahead of
+    # the runner-up (TurnPlanner.pick_article). None: the values tuned for the embedding model (TUNED below).
+    grounding_threshold: float | None = None
+    grounding_margin: float | None = None
+    article_match_threshold: float | None = None
+    article_match_margin: float | None = None
+    # The sentence embedding model: the bundled all-MiniLM-L6-v2 here (always installed, fast to seed: tests and
+    # the speed benchmark), a prepared model by name, or a folder. The app defaults to all-mpnet-base-v2.
+    embedding_model: str = EMBEDDING_BUNDLED
     lexical_weight: float = 0.0  # BM25 measured no gain there with MiniLM; raise it for rare product terms
     match_answers: bool = True  # an approved entry also scores by its answer's cosine where that is higher
     grounding_answers: int = 1
@@ -63,11 +85,17 @@ class ChatSettings:
             raise ValueError("references_k and max_question_chars must be at least 1")
         if self.grounding not in GROUNDING_REVIEWS:
             raise ValueError(f"grounding must be one of {', '.join(GROUNDING_REVIEWS)}, not {self.grounding!r}")
-        if not -1.0 <= self.grounding_threshold <= 2.0:
+        if self.grounding_threshold is not None and not -1.0 <= self.grounding_threshold <= 2.0:
             raise ValueError("grounding_threshold is a fused score in [-1, 2] (a cosine plus at most 1)")
-        if not 0.0 <= self.lexical_weight <= 1.0 or not 0.0 <= self.grounding_margin <= 2.0:
+        if not 0.0 <= self.lexical_weight <= 1.0 or not 0.0 <= (self.grounding_margin or 0.0) <= 2.0:
             raise ValueError("lexical_weight must be within [0, 1] and grounding_margin within [0, 2]")
         if self.prompt_layout not in LAYOUTS:
             raise ValueError(f"prompt_layout must be one of {', '.join(LAYOUTS)}, not {self.prompt_layout!r}")
         if self.grounding_answers < 0 or self.grounding_token_budget < 0:
             raise ValueError("grounding_answers and grounding_token_budget must not be negative")
+
+    def for_embedder(self, name: str) -> "ChatSettings":
+        """These settings with every threshold left None set to the one tuned for embedding model `name`."""
+        tuned = TUNED.get(name, TUNED[UNTUNED_MODEL])
+        unset = {key: value for key, value in vars(tuned).items() if getattr(self, key) is None}
+        return replace(self, **unset) if unset else self

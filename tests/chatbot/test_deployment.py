@@ -9,6 +9,7 @@ from transformers import AutoTokenizer
 
 import chatbot.deployment as deployment
 from cache import StaffStore
+from cache.embedder import MODEL_NAME as EMBEDDING_BUNDLED
 from chatbot import Accounts, AdminService, ChatService, ChatSettings, Seed
 from chatbot.service import open_cache
 from chatbot.stats import ReplyStats
@@ -39,7 +40,7 @@ def test_the_first_replica_measures_the_width_and_every_later_one_uses_it(tmp_pa
     monkeypatch.setattr(deployment, "choose_step_width", lambda model, cost_file: next(measured))
     widths = []
     for replica in ("a", "b"):
-        cache = open_cache(tmp_path / replica, f"sqlite:///{tmp_path / 'shared.db'}", max_entries=100)
+        cache = open_cache(tmp_path / replica, f"sqlite:///{tmp_path / 'shared.db'}", 100, EMBEDDING_BUNDLED)
         chooser = deployment.shared_width_chooser(cache, tmp_path / replica / "curves.json", "tiny")
         widths.append(build_engine(make_tiny_llama(), tokenizer, "tiny", AUTO, chooser).step_width)
         cache.close()
@@ -49,7 +50,7 @@ def test_the_first_replica_measures_the_width_and_every_later_one_uses_it(tmp_pa
 
 def test_the_dashboard_shows_the_deployments_width(tmp_path: Path, monkeypatch, tokenizer):
     monkeypatch.setattr(deployment, "choose_step_width", lambda model, cost_file: 4)
-    cache = open_cache(tmp_path, None, max_entries=100)
+    cache = open_cache(tmp_path, None, max_entries=100, embedding_model=EMBEDDING_BUNDLED)
     engine = build_engine(make_tiny_llama(vocab_size=len(tokenizer)), tokenizer, "tiny", AUTO,
                           deployment.shared_width_chooser(cache, tmp_path / "curves.json", "tiny"))
     service = ChatService.start(engine, cache, tmp_path, ChatSettings(max_new_tokens=8), Seed(), CURVE)
@@ -67,7 +68,7 @@ def test_the_first_replica_measures_the_weight_format_and_every_later_one_uses_i
     monkeypatch.setattr(deployment, "choose_weights", lambda model, cost_file: next(measured))
     formats = []
     for replica in ("a", "b"):
-        cache = open_cache(tmp_path / replica, f"sqlite:///{tmp_path / 'shared.db'}", max_entries=100)
+        cache = open_cache(tmp_path / replica, f"sqlite:///{tmp_path / 'shared.db'}", 100, EMBEDDING_BUNDLED)
         chooser = deployment.shared_weights_chooser(cache, tmp_path / replica / "curves.json", "tiny")
         model = make_tiny_llama(vocab_size=len(tokenizer)).to(torch.bfloat16)
         formats.append(build_engine(model, tokenizer, "tiny", StepWidth.parse(4), weights="auto",

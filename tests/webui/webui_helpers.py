@@ -5,6 +5,7 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
+from cache.embedder import MODEL_NAME as EMBEDDING_BUNDLED
 from tests.threads import TEST_THREADS
 
 REPO = Path(__file__).resolve().parents[2]
@@ -33,7 +34,9 @@ def free_port() -> int:
 
 def server_env(data_dir: Path, **extra: str) -> dict[str, str]:
     """The environment app.py runs under in these tests: small replies, the run's threads (tests/threads.py),
-    a fresh data folder."""
+    a fresh data folder, the bundled MiniLM (the default mpnet seeds the help centre in ~30 s a start; it is
+    tested in tests/chatbot/test_embedding_model.py)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CHATBOT_")}
-    env.update(CHATBOT_DATA_DIR=str(data_dir), CHATBOT_MAX_NEW_TOKENS="32", CHATBOT_THREADS=str(TEST_THREADS), **extra)
+    env.update(CHATBOT_DATA_DIR=str(data_dir), CHATBOT_MAX_NEW_TOKENS="32", CHATBOT_THREADS=str(TEST_THREADS),
+               CHATBOT_EMBEDDING_MODEL=EMBEDDING_BUNDLED, **extra)
     return env
