@@ -12,6 +12,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from cache import StaffStore
 from cache.embedder import DEFAULT_MODEL as DEFAULT_EMBEDDING_MODEL
+from cache.embedder import MODEL_NAME as EMBEDDING_BUNDLED
+from cache.embedder import model_dir_of
 from chatbot import Accounts, AdminService, Admission, Bootstrap, ChatLimits, ChatService, ChatSettings, InputError
 from data import example_questions
 from decoding import (
@@ -28,6 +30,9 @@ from decoding import (
     pick_dtype,
 )
 from webui import LoginLimits, build_app
+
+EMBEDDING_CHOICES = (f"{DEFAULT_EMBEDDING_MODEL} (`make run` prepares it), {EMBEDDING_BUNDLED} (bundled) or a "
+                     "sentence-transformers folder")
 
 
 class Settings(BaseSettings):
@@ -89,6 +94,13 @@ class Settings(BaseSettings):
     def _check_weights(cls, value: str) -> str:
         if value not in WEIGHTS_SETTINGS:
             raise ValueError(f"CHATBOT_WEIGHTS must be one of {', '.join(WEIGHTS_SETTINGS)}, not {value!r}")
+        return value
+
+    @field_validator("embedding_model")
+    @classmethod
+    def _check_embedding_model(cls, value: str) -> str:
+        if not model_dir_of(value).is_dir():  # refused at start, before the model loads
+            raise ValueError(f"CHATBOT_EMBEDDING_MODEL: no folder for {value!r}; {EMBEDDING_CHOICES}")
         return value
 
     def step_width_setting(self) -> StepWidth:

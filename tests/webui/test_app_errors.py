@@ -43,3 +43,10 @@ def test_a_step_width_that_is_not_one_is_refused_with_the_choices(tmp_path: Path
     done = run_app(tmp_path, CHATBOT_STEP_WIDTH="wide")
     assert done.returncode == 2 and done.stderr.startswith("error: bad setting:")
     assert "step width must be auto, 0 (one-token steps) or a positive number" in done.stderr
+
+
+def test_an_embedding_model_that_is_not_there_is_refused_with_the_choices(tmp_path: Path):
+    done = run_app(tmp_path, CHATBOT_EMBEDDING_MODEL=str(tmp_path / "no-model"))
+    assert done.returncode == 2 and done.stderr.startswith("error: bad setting:") and done.stderr.count("\n") == 1
+    assert "CHATBOT_EMBEDDING_MODEL: no folder for" in done.stderr and "all-MiniLM-L6-v2 (bundled)" in done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
