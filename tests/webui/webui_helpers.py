@@ -37,6 +37,6 @@ def server_env(data_dir: Path, **extra: str) -> dict[str, str]:
     a fresh data folder, the bundled MiniLM (the default mpnet seeds the help centre in ~30 s a start; it is
     tested in tests/chatbot/test_embedding_model.py)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CHATBOT_")}
-    env.update(CHATBOT_DATA_DIR=str(data_dir), CHATBOT_MAX_NEW_TOKENS="32", CHATBOT_THREADS=str(TEST_THREADS),
-               CHATBOT_EMBEDDING_MODEL=EMBEDDING_BUNDLED, **extra)
+    env.update({"CHATBOT_DATA_DIR": str(data_dir), "CHATBOT_MAX_NEW_TOKENS": "32",
+                "CHATBOT_THREADS": str(TEST_THREADS), "CHATBOT_EMBEDDING_MODEL": EMBEDDING_BUNDLED, **extra})
     return env
