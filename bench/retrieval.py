@@ -25,7 +25,6 @@ from bench.markdown import fmt, table, write_side_run
 from cache import AnswerCache, Embedder
 from cache.embedder import DEFAULT_MODEL as DEFAULT_EMBEDDING_MODEL
 from cache.embedder import MODEL_NAME as EMBEDDING_BUNDLED
-from cache.embedder import model_dir_of
 from cache.records import Hit
 from chatbot.grounding import GroundingPolicy, article_of_match, choose_grounding
 from chatbot.seed import Seed, seed_help_centre
@@ -287,7 +286,7 @@ def main(argv: list[str] | None = None) -> None:
                         help=f"a prepared model's name, {EMBEDDING_BUNDLED} (bundled) or a folder")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)  # one short question: a second thread only waits on a shared machine
-    embedder = Embedder.load(model_dir_of(args.embedding_model))
+    embedder = Embedder.named(args.embedding_model)
     app = ChatSettings(embedding_model=args.embedding_model).for_embedder(embedder.name)
     runs, baselines, curves, articles = {}, {}, {}, {}
     for aliases in (int(a) for a in args.aliases.split(",")):

@@ -27,7 +27,6 @@ from bench.retrieval import measure as measure_retrieval
 from bench.workloads import round_robin
 from cache import Embedder
 from cache.embedder import DEFAULT_MODEL as DEFAULT_EMBEDDING_MODEL
-from cache.embedder import model_dir_of
 from chatbot import ChatService, ChatSettings, Seed, Verification
 from chatbot.prompt import LAYOUTS
 from chatbot.service import open_cache
@@ -178,7 +177,7 @@ def main(argv: list[str] | None = None) -> None:
             f"placed as `{args.layout}`"
             f"{OWN_NOTE if args.approve_own else ''}{'; times not measured (--copy-only)' if args.copy_only else ''}.")
     if not args.copy_only:
-        embedder = Embedder.load(model_dir_of(args.embedding_model))
+        embedder = Embedder.named(args.embedding_model)
         _, _, points, _ = measure_retrieval(0, embedder, settings.for_embedder(embedder.name))
         body += ("\n\n### Retrieval alone over the threshold (all held-out rewordings, no confirmed wordings, no "
                  f"decoding)\n\n{curve_table(points)}")

@@ -41,6 +41,11 @@ class Embedder:
         model = SentenceTransformer(str(model_dir), device="cpu", local_files_only=True)
         return cls(model, MODEL_NAME if model_dir == bundled_model_dir() else model_dir.name)
 
+    @classmethod
+    def named(cls, model: str) -> Embedder:
+        """The embedding model a setting names (model_dir_of): the bundled MiniLM, a prepared model, a folder."""
+        return cls.load(model_dir_of(model))
+
     @property
     def dim(self) -> int:
         return self._model.get_embedding_dimension()

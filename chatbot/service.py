@@ -8,7 +8,6 @@ from pathlib import Path
 import torch
 
 from cache import AnswerCache, Embedder, NewAnswer, NewReply
-from cache.embedder import model_dir_of
 from cache.records import Hit
 from decoding import (
     AUTO,
@@ -327,8 +326,8 @@ def open_scheduler(engine: Engine, max_concurrent_replies: int) -> Scheduler | N
 
 
 def open_cache(data_dir: str | Path, db_url: str | None, max_entries: int, embedding_model: str) -> AnswerCache:
-    """The answer cache with the embedding model it indexes questions with (a name or a folder: model_dir_of)."""
-    embedder = Embedder.load(model_dir_of(embedding_model))
+    """The answer cache with the embedding model it indexes questions with (a name or a folder)."""
+    embedder = Embedder.named(embedding_model)
     return AnswerCache.open(
         Path(data_dir), embed=embedder.embed, dim=embedder.dim, url=db_url, max_entries=max_entries,
         embedder_name=embedder.name,

@@ -33,7 +33,7 @@ def test_a_setting_names_the_bundled_model_a_prepared_one_or_a_folder(tmp_path):
     assert prepared.name == DEFAULT_MODEL and (prepared / "modules.json").is_file()
     assert model_dir_of(str(tmp_path)) == tmp_path
     with pytest.raises(FileNotFoundError, match="make run"):
-        Embedder.load(model_dir_of("no-such-model"))
+        Embedder.named("no-such-model")
 
 
 def test_thresholds_left_unset_are_the_embedding_models_own():
@@ -62,7 +62,7 @@ def test_the_app_embeds_with_the_prepared_mpnet_by_default(monkeypatch):
 
 def grounded_groups(model: str, tmp_path) -> list[str | None]:
     """For each CONFUSED wording, the group of the approved answer that grounds it with `model` (None: none)."""
-    embedder = Embedder.load(model_dir_of(model))
+    embedder = Embedder.named(model)
     tokenizer = AutoTokenizer.from_pretrained(DEFAULT_MODEL_DIR, local_files_only=True)
     answers = [answer for answer in load_staff_answers() if answer.group in GROUPS]
     tuned = TUNED[model]
