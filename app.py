@@ -55,6 +55,7 @@ class Settings(BaseSettings):
     max_new_tokens: int = ChatSettings.max_new_tokens
     max_concurrent_replies: int = ChatSettings.max_concurrent_replies  # replies sharing one packed forward
     prefix_cache_mb: int = DEFAULT_PREFIX_CACHE_BYTES // 2**20  # prompt chunks kept for prompts that begin alike
+    warm_prefixes: bool = True  # prefill the help centre's prompt beginnings into that cache while idle
     references_k: int = ChatSettings.references_k
     similarity_threshold: float = ChatSettings.similarity_threshold
     use_knowledge_base: bool = ChatSettings.use_knowledge_base
@@ -122,6 +123,7 @@ class Settings(BaseSettings):
             grounding_answers=self.grounding_answers, grounding_token_budget=self.grounding_token_budget,
             repetition=NAMED_RULES[self.repetition], prompt_layout=self.prompt_layout,
             max_concurrent_replies=self.max_concurrent_replies, embedding_model=self.embedding_model,
+            warm_prefixes=self.warm_prefixes,
         )
 
     def login_limits(self) -> LoginLimits:

@@ -15,6 +15,7 @@ import statistics
 import tempfile
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -94,19 +95,20 @@ def ask_at_once(service: ChatService, questions: list[str]) -> tuple[float, list
 
 
 def run_round(
-    engine, customers: int, mode: str, questions: list[str], settings: ChatSettings, threads: int
+    engine, customers: int, mode: str, questions: list[str], settings: ChatSettings, threads: int,
+    warmed: "OrderedDict | None" = None,
 ) -> Round:
-    """A fresh install answering `questions` at once in `mode`, its prefix cache empty as after a start; started
-    as app.py starts, so that only the scheduler's thread computes on `threads` cores (decoding/threads.py)."""
+    """A fresh install answering `questions` at once in `mode`, started as app.py starts it: the scheduler's thread
+    alone computes on `threads` cores (decoding/threads.py), and the prefix cache holds what the start-up warm-up
+    puts there (`warmed`: that warm-up's chunks, taken by the first round and restored for the others), nothing
+    from earlier rounds."""
     settings = replace(settings, max_concurrent_replies=MODES[mode])
-    if isinstance(engine.model, PackedLlama):
-        engine.model.prefixes.clear()
     with tempfile.TemporaryDirectory(prefix="concurrency-") as data_dir:
         cache = open_cache(data_dir, None, settings.max_entries, settings.embedding_model)
         service = None
         try:
             torch.set_num_threads(threads)
-            service = in_passing_thread(lambda: started(engine, cache, data_dir, settings))
+            service = in_passing_thread(lambda: started(engine, cache, data_dir, settings, warmed))
             torch.set_num_threads(1 if service.scheduler is not None else threads)  # the customers' threads
             seconds, answered = ask_at_once(service, questions)
         finally:
@@ -117,8 +119,18 @@ def run_round(
     return Round(customers, mode, seconds, answered)
 
 
-def started(engine, cache, data_dir: str, settings: ChatSettings) -> ChatService:
+def started(engine, cache, data_dir: str, settings: ChatSettings, warmed: "OrderedDict | None") -> ChatService:
+    prefixes = engine.model.prefixes if isinstance(engine.model, PackedLlama) else None
+    if prefixes is not None:
+        if warmed:
+            prefixes.restore(warmed)
+        else:
+            prefixes.clear()
     service = ChatService.start(engine, cache, data_dir, settings, Seed.shipped())
+    if service.scheduler is not None:
+        service.scheduler.wait_warm()
+    if prefixes is not None and warmed is not None and not warmed:
+        warmed.update(prefixes.snapshot())
     service.ask("Hello, is anyone there?")  # first calls allocate buffers; no question of the pool
     return service
 
@@ -172,6 +184,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("results/concurrency"))
     parser.add_argument("--weights", choices=WEIGHTS_SETTINGS, default="auto",
                         help="the packed forward's weight format (auto: as make run picks)")
+    parser.add_argument("--cold", action="store_true",
+                        help="no prompt warm-up at start: each prompt prefilled whole (CHATBOT_WARM_PREFIXES=false)")
     args = parser.parse_args()
     try:
         counts = [int(n) for n in args.customers.split(",")]
@@ -182,13 +196,16 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     engine = in_passing_thread(lambda: app_engine(args.weights))
     print(f"Engine: {engine.describe()}", flush=True)
-    settings = ChatSettings(max_new_tokens=args.max_new_tokens)
+    settings = ChatSettings(max_new_tokens=args.max_new_tokens, warm_prefixes=not args.cold)
+    warmed = OrderedDict() if not args.cold else None
     pool = distinct_questions(max(counts) * 2)
     rounds = []
     for i, n in enumerate(counts):
         questions = pool[:n] if i % 2 == 0 else pool[-n:]  # another set each round; both modes ask the same
-        rounds += [run_round(engine, n, mode, questions, settings, args.threads) for mode in MODES]
-    body = (f"{table(rounds)}\n\nReplies of at most {args.max_new_tokens} tokens. "
+        rounds += [run_round(engine, n, mode, questions, settings, args.threads, warmed) for mode in MODES]
+    warm_up = "each prompt prefilled whole (--cold)" if args.cold else (
+        "the help centre's prompt beginnings prefilled at start, as `make run` does (CHATBOT_WARM_PREFIXES)")
+    body = (f"{table(rounds)}\n\nReplies of at most {args.max_new_tokens} tokens; {warm_up}. "
             "![throughput and p95 latency](concurrency.png)")
     print(write_side_run(args.out, "Many customers at once", engine.describe(), body, "report.md", "rounds.json",
                          [asdict(r) for r in rounds]))

@@ -74,6 +74,11 @@ LAYOUTS = ("system", "turn")
 APPROVED_HEADER = "An approved answer to a similar question (reuse its wording where it fits):"
 
 
+def article_in_prompt(title: str, body: str) -> str:
+    """A help article as the prompt shows it."""
+    return f"{title}\n\n{body}"
+
+
 def system_message(system_prompt: str, article: str | None, approved: Sequence[ApprovedAnswer] = ()) -> str:
     """The system prompt, then the help article, then approved answers (under the "system" layout)."""
     parts = [system_prompt]
@@ -81,6 +86,21 @@ def system_message(system_prompt: str, article: str | None, approved: Sequence[A
         parts.append(f"{ARTICLE_HEADER}\n\n{article}")
     parts += [f"{APPROVED_HEADER}\n\nQuestion: {a.question}\nAnswer: {a.answer}" for a in approved]
     return "\n\n".join(parts)
+
+
+def head_messages(
+    system_prompt: str, article: str | None, approved: Sequence[ApprovedAnswer], layout: str,
+) -> list[dict]:
+    """The messages before the conversation: the system message, and the approved answers as earlier turns under
+    the "turn" layout."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"prompt layout must be one of {', '.join(LAYOUTS)}, not {layout!r}")
+    in_system = approved if layout == "system" else ()
+    head = [{"role": "system", "content": system_message(system_prompt, article, in_system)}]
+    if layout == "turn":
+        head += [m for a in approved for m in ({"role": "user", "content": a.question},
+                                                 {"role": "assistant", "content": a.answer})]
+    return head
 
 
 def build_prompt(
@@ -98,13 +118,7 @@ def build_prompt(
     Rule: the system prompt (with its article), the approved answers and the question are always kept;
     earlier turns are dropped oldest first, a user turn together with the answer that followed it.
     """
-    if layout not in LAYOUTS:
-        raise ValueError(f"prompt layout must be one of {', '.join(LAYOUTS)}, not {layout!r}")
-    in_system = approved if layout == "system" else ()
-    head = [{"role": "system", "content": system_message(system_prompt, article, in_system)}]
-    if layout == "turn":
-        head += [m for a in approved for m in ({"role": "user", "content": a.question},
-                                                 {"role": "assistant", "content": a.answer})]
+    head = head_messages(system_prompt, article, approved, layout)
     question_msg = {"role": "user", "content": question}
     # Count each turn once to find where to start, so a huge history costs one tokenization, not one per
     # dropped pair; the loop below then confirms with the real template (usually in one pass).
@@ -123,6 +137,16 @@ def build_prompt(
             f"the limit is {max_prompt_tokens}). Please shorten it."
         )
     return Prompt(ids=ids, messages=messages, dropped_turns=dropped)
+
+
+def beginning_ids(
+    tokenizer, system_prompt: str, article: str | None, approved: Sequence[ApprovedAnswer] = (), layout: str = "system",
+) -> list[int]:
+    """The token ids every prompt with this article and these approved answers begins with, whatever the question
+    and history after them (the messages before the question, without the reply's opening)."""
+    head = head_messages(system_prompt, article, approved, layout)
+    encoded = tokenizer.apply_chat_template(head, add_generation_prompt=False, tokenize=True, return_dict=True)
+    return list(encoded["input_ids"])
 
 
 def _turns_that_do_not_fit(tokenizer, head: list[dict], question: dict, history: list[Message], limit: int) -> int:

@@ -44,6 +44,7 @@ from .seed import Seed, seed_help_centre
 from .settings import ChatSettings
 from .stats import ReplyStats
 from .turn import ChatTurn, TurnPlanner
+from .warm import WARM_SHARE, prompt_beginnings
 
 
 class ChatService:
@@ -122,7 +123,21 @@ class ChatService:
         cache.warm_match(settings.match_answers, settings.lexical_weight > 0)
         typical_steps = engine.steps(256, settings.max_new_tokens)  # its cache sized for a typical prompt
         cost = cost or load_or_measure(engine.model, Path(data_dir) / COST_CURVES_FILE, steps=typical_steps)
-        return cls(engine, cache, settings, cost)
+        service = cls(engine, cache, settings, cost)
+        if settings.warm_prefixes:
+            service.warm_prefix_cache()
+        return service
+
+    def warm_prefix_cache(self) -> int:
+        """Queue the help centre's prompt beginnings for prefilling while the model is idle (chatbot/warm.py), within
+        WARM_SHARE of the prefix cache; how many were queued."""
+        if self.scheduler is None or self.scheduler.model.prefixes.max_bytes == 0:
+            return 0
+        model = self.scheduler.model
+        budget = int(WARM_SHARE * model.prefixes.max_bytes) // model.kv_bytes_per_token
+        beginnings = prompt_beginnings(self.cache, self.tokenizer, self.model_id, self.settings, budget)
+        self.scheduler.warm(beginnings, lambda n: self.engine.steps(n, self.settings.max_new_tokens))
+        return len(beginnings)
 
     @property
     def forward_name(self) -> str:

@@ -73,6 +73,9 @@ class ChatSettings:
     # Most replies decoding at once on the packed forward, their W-wide blocks stacked into one forward (each
     # holds a preallocated KV cache); more wait for a slot. transformers' forward decodes one reply at a time.
     max_concurrent_replies: int = 8
+    # Prefill every help article's and approved answer's prompt beginning into the prefix cache while the model is
+    # idle (chatbot/warm.py): the app does; off here, so that tests and benchmarks start with the cache they ask.
+    warm_prefixes: bool = False
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_new_tokens < self.context_window:

@@ -13,6 +13,7 @@ from .prompt import (
     InputError,
     Message,
     Prompt,
+    article_in_prompt,
     build_prompt,
     clean_text,
     context_key,
@@ -142,7 +143,7 @@ class TurnPlanner:
         article = self.cache.get_article(article_id)  # None once staff deleted it
         if article is None:
             return found
-        return ArticlePick(article.id, f"{article.title}\n\n{article.body}", matches[0].score)
+        return ArticlePick(article.id, article_in_prompt(article.title, article.body), matches[0].score)
 
     def find_article(self, question: str) -> ArticlePick | None:
         """The article closest to the question by its own vector, if it clears `article_threshold`."""
@@ -151,7 +152,7 @@ class TurnPlanner:
         hit = self.cache.best_article(question, threshold=self.settings.article_threshold)
         if hit is None:
             return None
-        return ArticlePick(hit.id, f"{hit.title}\n\n{hit.body}", hit.score)
+        return ArticlePick(hit.id, article_in_prompt(hit.title, hit.body), hit.score)
 
 
 def check_question(question: object, max_chars: int) -> str:

@@ -228,19 +228,29 @@ class PackedLlama:
         self.decoder = _scripted(DecoderLayers(self, inner.layers, mask_kind))
         self.embed = inner.embed_tokens.weight.detach()
         self.norm = inner.norm.weight.detach()
-        # The head stays in 8 bits under int4: the bundled GGUF stores it (the tied embedding) as Q8_0.
-        head_format = "int8" if weights == "int4" else weights
-        self.head = pack_weight(model.lm_head.weight, head_format, self._onednn, width_hint)
         self._rotary = inner.rotary_emb
         self._cos = self._sin = torch.empty(0)
         self._prefiller = (
             self if self.prefill_weights == weights
             else PackedLlama(model, width_hint, self.prefill_weights, prefix_cache_bytes=0)  # keeps no chunks itself
         )
+        # Under int4 the head stays in the model's dtype (the bundled GGUF stores it, the tied embedding, as Q8_0,
+        # which bf16 holds nearly as is): the int8 kernel's cost grows with every row and the dense one's barely
+        # (16 rows: 12.2 against 3.4 ms; 1 row: 2.05 against 2.19 ms; AMD EPYC, 2 threads), and a shared forward
+        # of many replies' rows pays it in full. It is the dense prefiller's head, held once.
+        if weights == "int4":
+            self.head = self._prefiller.head if self._prefiller.weights == "dense" else self.pack_head(model, "dense")
+        else:
+            self.head = self.pack_head(model, weights)
         self.prefixes = PrefixCache(prefix_cache_bytes)  # chunks of this packing's prefills (its prefiller's bits)
 
     def parameters(self):
         return self.source.parameters()
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """What one position's keys and values take in a cache (23 KB for the bundled model in bf16)."""
+        return 2 * self.n_layers * self.n_kv_heads * self.head_dim * self.embed.element_size()
 
     def prefill(self, ids: torch.Tensor, start: int, cache: KvCache, key_len: int, chunked: bool) -> torch.Tensor:
         """Logits (1, V) of the last of prompt tokens `ids` at positions start.., their keys and values written
@@ -326,6 +336,9 @@ class PackedLlama:
 
     # --- packing ----------------------------------------------------------------------------------
 
+    def pack_head(self, model: torch.nn.Module, weights: str) -> Weight:
+        return pack_weight(model.lm_head.weight, weights, self._onednn, self._width_hint)
+
     def pack(self, weight: torch.Tensor) -> Weight:
         """`weight` held in this forward's format, laid out for its kernel."""
         return pack_weight(weight, self.weights, self._onednn, self._width_hint)
@@ -401,12 +414,13 @@ class PackedRunner:
         *_, logits = self.prefill_steps(prompt_ids)
         return logits
 
-    def prefill_steps(self, prompt_ids: Sequence[int]) -> Iterator[torch.Tensor | None]:
+    def prefill_steps(self, prompt_ids: Sequence[int], counted: bool = True) -> Iterator[torch.Tensor | None]:
         """The prefill a forward at a time: None after each chunk but the last, then the last token's logits (V,).
 
         Full chunks before the last one are taken from the model's prefix cache where an earlier prompt began
         with the same tokens (decoding/prefix_cache.py), and kept there once computed. The prefill is shared by
-        greedy and LLMA alike, so any key count does; each forward's granule end is cheapest."""
+        greedy and LLMA alike, so any key count does; each forward's granule end is cheapest. `counted`: in the
+        cache's reuse counts (a warm-up's prefill is not a prompt's)."""
         chunked, prefixes = self.steps.prefill_chunk is not None, self.model.prefixes
         kept = chunked and prefixes.max_bytes > 0  # else no digest, lookup or copy: nothing would be kept
         key = PrefixCache.first_key(self.steps.prefill_chunk or 0)
@@ -425,7 +439,7 @@ class PackedRunner:
                 prefixes.put(key, self._read(start, end))
             if end < len(prompt_ids):
                 yield None
-        if chunked:
+        if chunked and counted:
             prefixes.count(reused, len(prompt_ids) - reused)
         self.reused = reused
         self.length = len(prompt_ids)

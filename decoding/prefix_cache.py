@@ -76,6 +76,17 @@ class PrefixCache:
             self._chunks.clear()
             self._bytes = 0
 
+    def snapshot(self) -> "OrderedDict[bytes, torch.Tensor]":
+        """The chunks held now (a benchmark restores a warmed cache for every round)."""
+        with self._lock:
+            return OrderedDict(self._chunks)
+
+    def restore(self, chunks: "OrderedDict[bytes, torch.Tensor]") -> None:
+        """Hold exactly `chunks`, as a snapshot took them."""
+        with self._lock:
+            self._chunks = OrderedDict(chunks)
+            self._bytes = sum(chunk.numel() * chunk.element_size() for chunk in chunks.values())
+
     def count(self, reused: int, computed: int) -> None:
         with self._lock:
             self.stats.reused_tokens += reused

@@ -12,6 +12,10 @@ at a time), so every reply is bit-identical to the same reply decoded alone. Whe
 alone but rows of short blocks change bits in company (dense bf16 on the Xeon with AMX), the scheduler pads each
 block to W before stacking: a row's bits equal in a padded block and a short one alone (both measured at start),
 so sharing stays lossless.
+
+Idle time warms the prefix cache: `warm` queues prompt beginnings (the help articles, say) whose chunks are
+prefilled only while no reply holds a slot or waits for a prefill, so that later prompts beginning alike take
+them from the cache (decoding/prefix_cache.py: the same bits either way).
 """
 
 import threading
@@ -73,6 +77,24 @@ class _PrefillJob:
         return True
 
 
+@dataclass
+class _WarmJob:
+    """A prompt beginning to prefill into the model's prefix cache when the model has nothing else to do."""
+
+    ids: list[int]
+    steps: StepConfig
+    chunks: Iterator[torch.Tensor | None] | None = None  # its prefill, started once the model is first idle
+
+    def run_chunk(self, model: PackedLlama) -> bool:
+        """Prefill the next chunk; True once the beginning is in the cache (or could not be: it is only a warm-up)."""
+        if self.chunks is None:
+            self.chunks = PackedRunner(model, self.steps).prefill_steps(self.ids, counted=False)
+        try:
+            return next(self.chunks) is not None
+        except Exception:  # noqa: BLE001 (a prompt that fails here fails again, with its message, when asked)
+            return True
+
+
 class Scheduler:
     """Owns `model`: runs prefills between rounds and each round's blocks, at most `max_slots` replies, in one forward.
 
@@ -89,6 +111,7 @@ class Scheduler:
         self._holders = 0  # replies holding a slot
         self._next_ticket = self._serving = 0  # slots are handed out in arrival order
         self._prefills: list[_PrefillJob] = []
+        self._warm: list[_WarmJob] = []
         self._steps: list[_StepJob] = []
         self._first_step_at = 0.0
         self._free_since = 0.0  # when the model last finished work: the replies it served submit again from then
@@ -119,6 +142,25 @@ class Scheduler:
             self._closed = True
             self._changed.notify_all()
         self._thread.join()
+
+    def warm(self, beginnings: Sequence[Sequence[int]], steps: Callable[[int], StepConfig]) -> None:
+        """Prefill each prompt beginning's full chunks into the prefix cache while the model is idle; `steps` gives
+        the step shape for a prompt of that many tokens (the chunking that real prompts get)."""
+        with self._changed:
+            for ids in beginnings:
+                chunk = steps(len(ids)).prefill_chunk
+                whole = len(ids) - len(ids) % chunk if chunk else 0  # only full chunks are kept
+                # One token past them, so that the last full chunk is taken from the cache when already there,
+                # not computed again for its logits (PackedRunner.prefill_steps).
+                end = min(len(ids), whole + 1)
+                if whole:
+                    self._warm.append(_WarmJob(list(ids[:end]), steps(end)))
+            self._changed.notify_all()
+
+    def wait_warm(self, timeout: float | None = None) -> bool:
+        """Wait until every queued beginning is in the prefix cache; False if `timeout` passed first."""
+        with self._changed:
+            return self._changed.wait_for(lambda: not self._warm or self._closed, timeout)
 
     # --- what a reply's thread calls ---------------------------------------------------------------
 
@@ -169,19 +211,29 @@ class Scheduler:
         started.set()
         while True:
             with self._changed:
-                while not (self._closed or self._prefills or self._round_ready()):
+                while not (self._closed or self._prefills or self._round_ready() or self._idle_warm()):
                     self._changed.wait(self._gather_left())
                 if self._closed:
                     return
                 prefill = self._prefills[0] if self._prefills else None
                 steps, self._steps = (self._steps, []) if self._round_ready() else ([], self._steps)
+                warm = self._warm[0] if prefill is None and not steps and self._idle_warm() else None
             if prefill is not None and prefill.run_chunk():
                 with self._changed:
                     self._prefills.remove(prefill)
             if steps:
                 self._forward(steps)
+            if warm is not None and warm.run_chunk(self.model):
+                with self._changed:
+                    self._warm.remove(warm)
             with self._changed:
                 self._free_since = time.monotonic()
+                self._changed.notify_all()  # wait_warm
+
+    def _idle_warm(self) -> bool:
+        """A warm-up chunk may run: one is queued and no reply holds a slot or waits (a reply between two of its
+        steps would wait for the chunk, some 70 ms)."""
+        return bool(self._warm) and not (self._holders or self._prefills or self._steps)
 
     def _round_ready(self) -> bool:
         """Every slot holder has handed in a block, or `gather_s` passed since the first did and the model was free."""

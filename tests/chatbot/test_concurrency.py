@@ -1,6 +1,7 @@
 """Concurrent chat turns share the packed forward and store exactly the replies they store one after another."""
 
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -37,9 +38,9 @@ def seeded_dir(engine, tmp_path_factory) -> Path:
     return data_dir
 
 
-def open_service(engine, seeded_dir: Path, data_dir: Path) -> ChatService:
+def open_service(engine, seeded_dir: Path, data_dir: Path, settings: ChatSettings = SETTINGS) -> ChatService:
     shutil.copytree(seeded_dir, data_dir, ignore=shutil.ignore_patterns("*.lock"))
-    return ChatService.open(engine, data_dir, settings=SETTINGS, cost=CPU_CURVE)
+    return ChatService.open(engine, data_dir, settings=settings, cost=CPU_CURVE)
 
 
 def ask_at_once(service: ChatService, questions: list[str]) -> list[Reply]:
@@ -69,3 +70,28 @@ def test_concurrent_turns_store_the_replies_of_turns_one_after_another(engine, s
     finally:
         one_by_one.cache.close()
         at_once.cache.close()
+
+
+def test_warmed_prompt_beginnings_serve_later_prompts_and_change_no_reply(engine, seeded_dir, tmp_path):
+    """The help centre's prompt beginnings, prefilled while idle, are what the questions' prompts take from the
+    prefix cache; every reply is the one a cold cache gives."""
+    prefixes = engine.model.prefixes
+    prefixes.clear()
+    cold = open_service(engine, seeded_dir, tmp_path / "cold")
+    warm = None
+    try:
+        cold_replies = [cold.ask(q) for q in QUESTIONS[:3]]
+        assert cold_replies[0].stats.prompt_reused == 0  # nothing before it
+        prefixes.clear()
+        computed = prefixes.stats.computed_tokens
+        warm = open_service(engine, seeded_dir, tmp_path / "warm", replace(SETTINGS, warm_prefixes=True))
+        assert warm.scheduler.wait_warm(WAIT_S)
+        assert len(prefixes) > 0 and prefixes.stats.computed_tokens == computed  # held, and not counted as prompts'
+        warm_replies = [warm.ask(q) for q in QUESTIONS[:3]]
+        assert [stored(warm, r) for r in warm_replies] == [stored(cold, r) for r in cold_replies]
+        # Each prompt took all but its last chunk or two (the question's) from the warm-up.
+        assert all(r.stats.prompt_reused >= 256 for r in warm_replies), [r.stats.prompt_reused for r in warm_replies]
+    finally:
+        cold.cache.close()
+        if warm is not None:
+            warm.cache.close()

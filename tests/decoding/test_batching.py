@@ -233,6 +233,21 @@ def test_unpadded_replies_padded_in_company_equal_the_replies_alone(arch):
     check_random_mixtures(scheduler, jobs, alone, rng, rounds=2, fewest=2)
 
 
+def test_beginnings_warmed_while_idle_are_held_uncounted_and_replies_stay_those_alone():
+    model = PackedLlama(make_tiny_model("llama", torch.bfloat16, seed=1))
+    jobs = tiny_jobs("dry", model, seed=7)  # their prompts begin with random_ids(seed=7, n=140)'s first tokens
+    uncached = PackedLlama(model.source, prefix_cache_bytes=0)
+    alone = [fingerprint(decode_alone(uncached, job)) for job in jobs]
+    model.prefixes.clear()
+    computed = model.prefixes.stats.computed_tokens
+    scheduler = Scheduler(model, max_slots=4)
+    scheduler.warm([random_ids(seed=7, n=140), [5, 6]], lambda n: StepConfig(4, cache_len=256, prefill_chunk=64))
+    assert scheduler.wait_warm(WAIT_S)
+    # Two full chunks of the first beginning; the second is shorter than a chunk, so nothing to keep.
+    assert len(model.prefixes) == 2 and model.prefixes.stats.computed_tokens == computed
+    check_random_mixtures(scheduler, jobs, alone, random.Random(3), rounds=2, fewest=1)
+
+
 def test_a_reply_abandoned_midway_frees_its_slot():
     model = PackedLlama(make_tiny_model("mistral", torch.float32))
     job = Job(random_ids(seed=3, n=10), [], FixedCopyPolicy(1, 1), LlmaOptions(30), StepConfig(4, cache_len=256))
