@@ -2,12 +2,13 @@
 
     python -m bench.concurrency [--customers 1,2,4,8] [--max-new-tokens 256] [--out results/concurrency]
 
-Each N runs twice on fresh installs (the shipped articles and approved answers): **taking turns**, one reply's
-forward at a time as the service decoded before continuous batching (`max_concurrent_replies=1`), and
-**batched**, every waiting reply's block in one shared forward (the app's default). Each customer's question is
-asked in its own thread, as the web app's workers ask them. Reported per N and mode: replies per minute, reply
-tokens per second, median and p95 latency (from the moment all ask to each one's complete reply) and the share
-of batched replies identical to the same question's reply taking turns.
+Each N runs three times on fresh installs (the shipped articles and approved answers): **one after another**,
+the N questions asked one at a time (one customer at a time: the baseline), **taking turns**, asked at once and
+decoded a forward at a time as the service did before continuous batching (`max_concurrent_replies=1`), and
+**batched**, asked at once, every waiting reply's block in one shared forward (the app's default). Each customer
+asking at once asks in its own thread, as the web app's workers ask them. Reported per N and mode: replies per
+minute, reply tokens per second and its ratio to one after another, median and p95 latency (from the moment all
+ask to each one's complete reply) and the share of replies identical to the same question's reply taking turns.
 """
 
 import argparse
@@ -29,7 +30,11 @@ from chatbot.service import open_cache
 from data import group_questions, load_questions
 from decoding import WEIGHTS_SETTINGS, PackedLlama, in_passing_thread
 
-MODES = {"taking turns": 1, "batched": ChatSettings.max_concurrent_replies}
+# Each mode's most replies decoding at once. "one after another": the same customers served one at a time, each
+# question asked once the reply before it ended (the baseline "one customer at a time"); the other two ask at once.
+ONE_AT_A_TIME = "one after another"
+MODES = {ONE_AT_A_TIME: ChatSettings.max_concurrent_replies, "taking turns": 1,
+         "batched": ChatSettings.max_concurrent_replies}
 
 
 @dataclass(frozen=True)
@@ -94,6 +99,17 @@ def ask_at_once(service: ChatService, questions: list[str]) -> tuple[float, list
     return seconds, answered
 
 
+def ask_in_turn(service: ChatService, questions: list[str]) -> tuple[float, list[Answered]]:
+    """One question at a time, each once the reply before it ended; each reply's latency from the first asking."""
+    began, answered = time.perf_counter(), []
+    for i, question in enumerate(questions):
+        reply = service.ask(question, session_id=f"customer-{i}")
+        stored = service.cache.get_reply(reply.id)
+        answered.append(Answered(question, list(stored.token_ids), time.perf_counter() - began,
+                                 reply.stats.shared_with))
+    return time.perf_counter() - began, answered
+
+
 def run_round(
     engine, customers: int, mode: str, questions: list[str], settings: ChatSettings, threads: int,
     warmed: "OrderedDict | None" = None,
@@ -110,7 +126,8 @@ def run_round(
             torch.set_num_threads(threads)
             service = in_passing_thread(lambda: started(engine, cache, data_dir, settings, warmed))
             torch.set_num_threads(1 if service.scheduler is not None else threads)  # the customers' threads
-            seconds, answered = ask_at_once(service, questions)
+            ask = ask_in_turn if mode == ONE_AT_A_TIME else ask_at_once
+            seconds, answered = ask(service, questions)
         finally:
             if service is not None and service.scheduler is not None:
                 service.scheduler.close()
@@ -137,19 +154,20 @@ def started(engine, cache, data_dir: str, settings: ChatSettings, warmed: "Order
 
 def table(rounds: list[Round]) -> str:
     turns = {r.customers: r for r in rounds if r.mode == "taking turns"}
+    one_by_one = {r.customers: r for r in rounds if r.mode == ONE_AT_A_TIME}
     lines = [
-        "| customers | mode | replies / min | reply tokens / s | vs one customer | median latency (s) "
+        "| customers | mode | replies / min | reply tokens / s | vs one after another | median latency (s) "
         "| p95 latency (s) | shared forwards with (mean) | identical to taking turns |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    alone = turns[min(turns)].tokens / turns[min(turns)].seconds if turns else None
     for r in rounds:
         rate = r.tokens / r.seconds
-        same = turns.get(r.customers)
+        same, base = turns.get(r.customers), one_by_one.get(r.customers)
         identical = sum(a.tokens == b.tokens for a, b in zip(r.answered, same.answered, strict=True)) if same else 0
+        ratio = f"{rate / (base.tokens / base.seconds):.2f}x" if base else "-"
         lines.append(
             f"| {r.customers} | {r.mode} | {60 * len(r.answered) / r.seconds:.1f} | {rate:.1f} "
-            f"| {f'{rate / alone:.2f}x' if alone else '-'} | {statistics.median(a.latency for a in r.answered):.1f} "
+            f"| {ratio} | {statistics.median(a.latency for a in r.answered):.1f} "
             f"| {r.percentile(0.95):.1f} | {statistics.mean(a.shared_with for a in r.answered):.1f} "
             f"| {identical}/{len(r.answered)} |"
         )
@@ -201,7 +219,7 @@ def main() -> None:
     pool = distinct_questions(max(counts) * 2)
     rounds = []
     for i, n in enumerate(counts):
-        questions = pool[:n] if i % 2 == 0 else pool[-n:]  # another set each round; both modes ask the same
+        questions = pool[:n] if i % 2 == 0 else pool[-n:]  # another set each round; every mode asks the same
         rounds += [run_round(engine, n, mode, questions, settings, args.threads, warmed) for mode in MODES]
     warm_up = "each prompt prefilled whole (--cold)" if args.cold else (
         "the help centre's prompt beginnings prefilled at start, as `make run` does (CHATBOT_WARM_PREFIXES)")
