@@ -54,8 +54,10 @@ def test_thresholds_left_unset_are_the_embedding_models_own():
 def test_the_app_embeds_with_the_prepared_mpnet_by_default(monkeypatch):
     for key in ("CHATBOT_EMBEDDING_MODEL", "CHATBOT_GROUNDING_THRESHOLD"):
         monkeypatch.delenv(key, raising=False)
+    monkeypatch.delenv("CHATBOT_WARM_PREFIXES", raising=False)
     chat = Settings().chat_settings()
     assert chat.embedding_model == DEFAULT_MODEL and chat.grounding_threshold is None
+    assert chat.warm_prefixes  # the app warms the prefix cache; tests and benchmarks ask for it
     monkeypatch.setenv("CHATBOT_EMBEDDING_MODEL", MODEL_NAME)
     assert Settings().chat_settings().embedding_model == MODEL_NAME
 

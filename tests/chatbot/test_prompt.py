@@ -3,7 +3,7 @@
 import pytest
 from transformers import AutoTokenizer
 
-from chatbot.prompt import InputError, Message, build_prompt, encode_messages
+from chatbot.prompt import ApprovedAnswer, InputError, Message, beginning_ids, build_prompt, encode_messages
 from decoding.model_loading import DEFAULT_MODEL_DIR
 
 
@@ -89,3 +89,17 @@ def test_the_turn_layout_puts_approved_answers_before_the_conversation_and_keeps
     assert APPROVED_HEADER in in_system.messages[0]["content"]
     with pytest.raises(ValueError, match="prompt layout"):
         build_prompt(tokenizer, "SYSTEM", None, [], "q", 4000, approved, layout="sideways")
+
+
+@pytest.mark.parametrize("layout", ["turn", "system"])
+def test_a_prompt_begins_with_the_beginning_warmed_for_its_article_and_approved_answer(tokenizer, layout):
+    article = "Reset your password\n\nOpen Settings, then Security, then Reset password."
+    approved = [ApprovedAnswer("How do I reset my password?", "Open Settings > Security > Reset password.")]
+    history = [Message("user", "hi"), Message("assistant", "Hello! How can I help?")]
+    beginning = beginning_ids(tokenizer, "Be brief.", article, approved, layout)
+    for turns in ([], history):
+        prompt = build_prompt(tokenizer, "Be brief.", article, turns, "i forgot my password", 4096, approved, layout)
+        assert prompt.ids[: len(beginning)] == beginning
+        assert len(prompt.ids) > len(beginning) + 5  # the question follows
+    other = beginning_ids(tokenizer, "Be brief.", article, (), layout)
+    assert other != beginning

@@ -77,6 +77,8 @@ def launch(data_dir: Path, log: Path, max_new_tokens: int = 16, **extra_env: str
         "CHATBOT_WEIGHTS": "int4" if cpu_features().has_bf16 else "dense",
         # The bundled MiniLM: the default mpnet seeds the help centre in ~30 s a start (tests/chatbot tests it).
         "CHATBOT_EMBEDDING_MODEL": EMBEDDING_BUNDLED,
+        # No prompt warm-up: half a minute of both cores after every start, beside the tests (tests/chatbot tests it).
+        "CHATBOT_WARM_PREFIXES": "false",
         **extra_env,
     })
     with open(log, "a") as out:

@@ -35,8 +35,10 @@ def free_port() -> int:
 def server_env(data_dir: Path, **extra: str) -> dict[str, str]:
     """The environment app.py runs under in these tests: small replies, the run's threads (tests/threads.py),
     a fresh data folder, the bundled MiniLM (the default mpnet seeds the help centre in ~30 s a start; it is
-    tested in tests/chatbot/test_embedding_model.py)."""
+    tested in tests/chatbot/test_embedding_model.py), no prompt warm-up (half a minute of both cores after every
+    start, beside the tests; tested in tests/chatbot/test_concurrency.py)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CHATBOT_")}
     env.update({"CHATBOT_DATA_DIR": str(data_dir), "CHATBOT_MAX_NEW_TOKENS": "32",
-                "CHATBOT_THREADS": str(TEST_THREADS), "CHATBOT_EMBEDDING_MODEL": EMBEDDING_BUNDLED, **extra})
+                "CHATBOT_THREADS": str(TEST_THREADS), "CHATBOT_EMBEDDING_MODEL": EMBEDDING_BUNDLED,
+                "CHATBOT_WARM_PREFIXES": "false", **extra})
     return env
