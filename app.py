@@ -167,6 +167,9 @@ def main() -> None:
     if service.scheduler is not None:  # its thread alone computes on several cores; the server's on one
         torch.set_num_threads(1)
     print(f"Engine: {service.describe()}", flush=True)
+    if service.warm_queued:
+        print(f"Warm-up: {service.warm_queued} help-centre prompt beginnings go into the prefix cache while idle",
+              flush=True)
     chosen = service.settings
     print(f"Retrieval: {service.cache.embedder_name} embeddings; an approved answer grounds from "
           f"{chosen.grounding_threshold} (margin {chosen.grounding_margin})", flush=True)

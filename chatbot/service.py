@@ -67,6 +67,7 @@ class ChatService:
         self.context_window = min(settings.context_window, limit)
         self.planner = TurnPlanner(cache, engine, settings, self.context_window)
         self.meter = ReplyMeter(engine, cost, self.rule, settings.max_new_tokens)
+        self.warm_queued = 0  # prompt beginnings queued for the prefix cache (warm_prefix_cache)
 
     @classmethod
     def create(
@@ -137,6 +138,7 @@ class ChatService:
         budget = int(WARM_SHARE * model.prefixes.max_bytes) // model.kv_bytes_per_token
         beginnings = prompt_beginnings(self.cache, self.tokenizer, self.model_id, self.settings, budget)
         self.scheduler.warm(beginnings, lambda n: self.engine.steps(n, self.settings.max_new_tokens))
+        self.warm_queued = len(beginnings)
         return len(beginnings)
 
     @property
