@@ -15,6 +15,7 @@ The retrieval-only curve over the threshold (no decoding) comes from bench.retri
 import argparse
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -31,8 +32,9 @@ from chatbot import ChatService, ChatSettings, Seed, Verification
 from chatbot.prompt import LAYOUTS
 from chatbot.service import open_cache
 from data import Question, group_questions, load_questions, load_staff_answers
-from decoding import greedy_generate
+from decoding import DEFAULT_PREFIX_CACHE_BYTES, PackedLlama, greedy_generate
 
+WARM_NOTES = {False: "prompt beginnings warmed at start, as `make run` does", True: "no prompt warm-up (--cold)"}
 OWN_NOTE = "; the model's own grounded first replies approved in place of the staff-written answers"
 
 
@@ -73,12 +75,17 @@ def plain_greedy(service: ChatService, question: str) -> tuple[float, int]:
 
 
 def serve(
-    service: ChatService, q: Question, covered: bool, group_of_entry: dict[int, str], baselines: bool
+    service: ChatService, q: Question, covered: bool, group_of_entry: dict[int, str], baselines: bool,
+    as_after_start: Callable[[], None],
 ) -> Served:
-    """Ask `q` through the chat turn; with `baselines`, Verify it and decode plain greedy beside it."""
+    """Ask `q` through the chat turn; with `baselines`, Verify it and decode plain greedy beside it. Each of the
+    three starts from the prefix cache as it was after the start (`as_after_start`): none reuses another's prompt."""
+    as_after_start()
     reply = service.ask(q.question)
+    as_after_start()
     check = service.verify(reply.id) if baselines else Verification(reply.id, True, 0.0, reply.stats.seconds, 0.0)
     grounded = [group_of_entry.get(use.id, "?") for use in reply.stats.grounding]
+    as_after_start()
     plain_seconds, plain_tokens = plain_greedy(service, q.question) if baselines else (0.0, 0)
     from_approved = sum(use.copied for use in reply.stats.grounding) / max(reply.stats.tokens, 1)
     served = Served(q.group, q.question, covered, grounded[0] if grounded else None, reply.stats.tokens,
@@ -144,6 +151,8 @@ def main(argv: list[str] | None = None) -> None:
                              "staff-written answer (their facts, the model's phrasing)")
     parser.add_argument("--copy-only", action="store_true",
                         help="no Verify and no plain greedy: coverage and copied share only (token counts, not times)")
+    parser.add_argument("--cold", action="store_true",
+                        help="no prompt warm-up: every prompt prefilled whole (CHATBOT_WARM_PREFIXES=false)")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     parser.add_argument("--embedding-model", default=DEFAULT_EMBEDDING_MODEL, help="as CHATBOT_EMBEDDING_MODEL")
     parser.add_argument("--out", type=Path, default=Path("results/service"))
@@ -154,12 +163,21 @@ def main(argv: list[str] | None = None) -> None:
     reworded, novel = select(load_questions(), args.half, covered, args.questions, args.novel)
     # One reply at a time on the model itself, so greedy baselines and replies share the same forward.
     settings = ChatSettings(max_new_tokens=args.max_new_tokens, max_concurrent_replies=1, prompt_layout=args.layout,
-                            embedding_model=args.embedding_model)
-    engine = app_engine(prefix_cache_bytes=0)  # the reply and its greedy rerun each prefill their own prompt
+                            embedding_model=args.embedding_model, warm_prefixes=not args.cold)
+    # The prefix cache holds what the start-up warm-up put there and nothing else whenever a decode starts: the
+    # reply, its greedy rerun and plain greedy each prefill the rest of their own prompt.
+    engine = app_engine(prefix_cache_bytes=0 if args.cold else DEFAULT_PREFIX_CACHE_BYTES)
     print(f"Engine: {engine.describe()}", flush=True)
     with tempfile.TemporaryDirectory(prefix="service-") as data_dir:
         cache = open_cache(data_dir, None, settings.max_entries, settings.embedding_model)
         service = ChatService.start(engine, cache, data_dir, settings, Seed.shipped())
+        if service.scheduler is not None:
+            service.scheduler.wait_warm()
+        prefixes = engine.model.prefixes if isinstance(engine.model, PackedLlama) else None
+        warmed = prefixes.snapshot() if prefixes is not None else None
+        def as_after_start() -> None:
+            if prefixes is not None:
+                prefixes.restore(warmed)
         by_question = {answer.question: answer.group for answer in staff}
         approved = cache.list_entries(review="approved", limit=10_000).entries
         group_of_entry = {entry.id: by_question.get(entry.question, "?") for entry in approved}
@@ -169,12 +187,12 @@ def main(argv: list[str] | None = None) -> None:
             if args.approve_own and reply.stats.grounding:
                 approve_own_reply(service, reply.stats.grounding[0].id, reply.id)
         baselines = not args.copy_only
-        served = [serve(service, q, True, group_of_entry, baselines) for q in reworded]
-        served += [serve(service, q, False, group_of_entry, baselines) for q in novel]
+        served = [serve(service, q, True, group_of_entry, baselines, as_after_start) for q in reworded]
+        served += [serve(service, q, False, group_of_entry, baselines, as_after_start) for q in novel]
         cache.close()
     body = (f"{summary(served, not args.copy_only)}\n\nReplies of at most {args.max_new_tokens} tokens; "
             f"{len(firsts)} first wordings answered first; the {args.half} half of the groups; approved answers "
-            f"placed as `{args.layout}`"
+            f"placed as `{args.layout}`; {WARM_NOTES[args.cold]}"
             f"{OWN_NOTE if args.approve_own else ''}{'; times not measured (--copy-only)' if args.copy_only else ''}.")
     if not args.copy_only:
         embedder = Embedder.named(args.embedding_model)
