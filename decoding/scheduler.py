@@ -18,6 +18,7 @@ prefilled only while no reply holds a slot or waits for a prefill, so that later
 them from the cache (decoding/prefix_cache.py: the same bits either way).
 """
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -34,6 +35,8 @@ from .packed import Lane, PackedLlama, PackedRunner
 from .policy import CopyPolicy, FixedCopyPolicy
 from .result import Chunk, DecodeResult, check_inputs
 from .steps import StepConfig
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_SLOTS = 8
 DEFAULT_GATHER_S = 0.01  # about what a reply's own bookkeeping between two forwards takes, several times over
@@ -91,7 +94,8 @@ class _WarmJob:
             self.chunks = PackedRunner(model, self.steps).prefill_steps(self.ids, counted=False)
         try:
             return next(self.chunks) is not None
-        except Exception:  # noqa: BLE001 (a prompt that fails here fails again, with its message, when asked)
+        except Exception as error:  # a warm-up only: the prompt fails again, with its message, when a customer asks
+            logger.warning("prompt warm-up skipped a beginning of %d tokens: %s", len(self.ids), error)
             return True
 
 
