@@ -230,9 +230,9 @@ class Scheduler:
             if warm is not None and warm.run_chunk(self.model):
                 with self._changed:
                     self._warm.remove(warm)
+                    self._changed.notify_all()  # wait_warm
             with self._changed:
                 self._free_since = time.monotonic()
-                self._changed.notify_all()  # wait_warm
 
     def _idle_warm(self) -> bool:
         """A warm-up chunk may run: one is queued and no reply holds a slot or waits (a reply between two of its
