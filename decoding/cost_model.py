@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from .batch_probe import short_blocks_keep_their_bits
 from .forward import ModelVerifier, wants_fixed_width
 from .packed import PackedLlama, forward_name, weights_name
 from .steps import ONE_TOKEN_STEPS, StepConfig
@@ -24,6 +25,12 @@ from .weights import WEIGHT_FORMATS, format_refusal, int4_refusal
 DEFAULT_SIZES = (1, 2, 4, 8, 16, 32, 64)
 STEP_WIDTHS = (16, 8, 4, 2)  # the widest whose forward is nearly as cheap as one token's is chosen
 FLAT_TOLERANCE = 1.2  # "nearly": at most 20% dearer than a one-token forward of the same kind
+# Where short blocks run unpadded, a step costs only the rows its block holds and the width only caps a draft, so
+# steps are this wide even where wide forwards are dear (the copy policy weighs each draft's rows). Measured on
+# the AMD EPYC, int4 (`python -m bench --workloads repeat,grounded,followup,novel --methods greedy,llma --limit 5
+# --max-new-tokens 64 --step-width 2|8`, alternately, twice): LLMA over greedy 2.59-2.67x on repeats against
+# 1.49-1.53x at W = 2, follow-ups 1.54-1.72x against 1.33-1.40x, novel questions 1.01-1.08x against 1.06-1.07x.
+UNPADDED_WIDTH = 8
 
 
 @dataclass(frozen=True)
@@ -193,10 +200,18 @@ def chosen_step(model, cache_file: Path | None = None) -> ChosenStep:
     cost = {n: measure_cost_curve(model, steps=StepConfig(n, 512), repeats=7).seconds[0] for n in (1, *STEP_WIDTHS)}
     flat = [w for w in STEP_WIDTHS if cost[w] <= FLAT_TOLERANCE * cost[1]]
     width = max(flat) if flat else min(STEP_WIDTHS)
-    seconds = cost[width]
+    seconds = cost[width]  # what choose_weights compares: the formats' flat steps
+    width = unpadded_width(model, width)
     _store(cache_file, key, width)
     _store(cache_file, machine_key(model) + "|step-seconds", seconds)
     return ChosenStep(width, seconds)
+
+
+def unpadded_width(model, width: int) -> int:
+    """UNPADDED_WIDTH where it is wider than `width` and this machine's kernels give a short block alone the bits
+    it gets padded (batch_probe.short_blocks_keep_their_bits), so steps run unpadded; else `width`."""
+    wider = width < UNPADDED_WIDTH and isinstance(model, PackedLlama)
+    return UNPADDED_WIDTH if wider and short_blocks_keep_their_bits(model, UNPADDED_WIDTH) else width
 
 
 def weight_formats(model: torch.nn.Module) -> list[str]:

@@ -23,7 +23,7 @@ from decoding import (
     packing_refusal,
 )
 from decoding.batch_probe import short_block_mismatches
-from decoding.cost_model import FLAT_TOLERANCE, STEP_WIDTHS, CostCurve
+from decoding.cost_model import FLAT_TOLERANCE, STEP_WIDTHS, UNPADDED_WIDTH, CostCurve
 from decoding.engine import StepWidth, needs_padding
 from decoding.forward import open_runner
 from decoding.packed import PackedRunner
@@ -248,8 +248,22 @@ def test_the_chosen_step_width_is_the_widest_within_the_flat_bound(monkeypatch, 
     """The rule of choose_step_width on constructed costs: no timing, so a wrong pick always fails."""
     calls: list[int] = []
     monkeypatch.setattr(cost_model, "measure_cost_curve", widths_measured_as(seconds, calls))
+    monkeypatch.setattr(cost_model, "short_blocks_keep_their_bits", lambda model, width: False)  # padded steps
     assert choose_step_width(tiny_packed("llama", torch.bfloat16)) == chosen
     assert sorted(calls) == [1, *sorted(STEP_WIDTHS)]  # each width and the one-token forward measured once
+
+
+@pytest.mark.parametrize(("flat", "unpadded", "chosen"), [(2, True, UNPADDED_WIDTH), (2, False, 2), (16, True, 16)])
+def test_where_short_blocks_run_unpadded_steps_are_wide_enough_for_drafts(monkeypatch, flat, unpadded, chosen):
+    """Unpadded, a step costs only its block's rows: the width only caps a draft, so it is at least UNPADDED_WIDTH
+    however dear wide forwards are; padded, the flat rule alone."""
+    seconds = {w: 1.0 if w <= flat else 3.0 for w in (1, *STEP_WIDTHS)}
+    monkeypatch.setattr(cost_model, "measure_cost_curve", widths_measured_as(seconds, []))
+    probed: list[int] = []
+    monkeypatch.setattr(cost_model, "short_blocks_keep_their_bits",
+                        lambda model, width: probed.append(width) or unpadded)
+    assert choose_step_width(tiny_packed("llama", torch.bfloat16)) == chosen
+    assert probed == ([UNPADDED_WIDTH] if flat < UNPADDED_WIDTH else [])
 
 
 def test_the_step_width_is_measured_once_per_machine_and_kept(tmp_path, monkeypatch):
@@ -263,6 +277,7 @@ def test_the_step_width_is_measured_once_per_machine_and_kept(tmp_path, monkeypa
         return curve
 
     monkeypatch.setattr(cost_model, "measure_cost_curve", measure_and_record)
+    monkeypatch.setattr(cost_model, "short_blocks_keep_their_bits", lambda model, width: False)  # the flat rule alone
     width = choose_step_width(model, curves)
     # The pick agrees with what it measured: the widest within FLAT_TOLERANCE of one token, else the narrowest.
     flat = [w for w in STEP_WIDTHS if measured[w] <= FLAT_TOLERANCE * measured[1]]
