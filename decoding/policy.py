@@ -3,6 +3,7 @@
 A policy is a frozen description shared by all calls; `start()` returns the per-call state.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -77,19 +78,44 @@ class AdaptiveCopyPolicy:
         return AdaptiveDrafter(self)
 
 
+@dataclass(frozen=True)
+class SharedForwardPolicy:
+    """`policy` for a reply whose forwards others may share: an adaptive one weighs drafts by `lane_seconds` (what
+    a shared forward takes per reply lately, None while alone); any other drafts as it would alone."""
+
+    policy: CopyPolicy
+    lane_seconds: Callable[[], float | None]
+
+    def start(self) -> Drafter:
+        drafter = self.policy.start()
+        if isinstance(drafter, AdaptiveDrafter):
+            drafter.lane_seconds = self.lane_seconds
+        return drafter
+
+
 @dataclass
 class AdaptiveDrafter:
     policy: AdaptiveCopyPolicy
     accepted: dict[str, float] = field(default_factory=dict)
     rejected: dict[str, float] = field(default_factory=dict)
     run_len: int = 0  # tokens the current copied run has agreed with the model so far
+    # Seconds a shared forward takes per reply in it lately, None while this reply is alone (Scheduler.lane_seconds).
+    # Drafts change only how fast a reply comes, never its tokens, so they may depend on the company it keeps.
+    lane_seconds: Callable[[], float | None] | None = None
 
     def copy_len(self, match: Match, continuing: bool, available: int) -> int:
         if match.match_len < self.policy.min_match_len:
             return 0
         run_evidence = self.policy.run_weight * self.run_len if continuing else 0.0
         p = self.acceptance(self._bucket(match, continuing), run_evidence)
-        return best_copy_len(p, self.policy.cost, min(self.policy.max_copy_len, available), self.policy.min_gain)
+        return best_copy_len(p, self.cost_now(), min(self.policy.max_copy_len, available), self.policy.min_gain)
+
+    def cost_now(self) -> CostCurve:
+        """The cost curve, or in company this reply's part of it (CostCurve.in_company)."""
+        seconds = self.lane_seconds() if self.lane_seconds is not None else None
+        if seconds is None:
+            return self.policy.cost
+        return self.policy.cost.in_company(seconds / self.policy.cost.cost(1))
 
     def record(self, match: Match, continuing: bool, drafted: int, accepted: int) -> None:
         if drafted == 0:

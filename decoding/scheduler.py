@@ -32,7 +32,7 @@ from .batch_probe import rows_keep_their_bits
 from .forward import ModelVerifier
 from .llma import LlmaOptions, llma_steps
 from .packed import Lane, PackedLlama, PackedRunner
-from .policy import CopyPolicy, FixedCopyPolicy
+from .policy import CopyPolicy, FixedCopyPolicy, SharedForwardPolicy
 from .result import Chunk, DecodeResult, check_inputs
 from .steps import StepConfig
 
@@ -118,6 +118,7 @@ class Scheduler:
         self._warm: list[_WarmJob] = []
         self._steps: list[_StepJob] = []
         self._first_step_at = 0.0
+        self._lane_seconds: float | None = None  # a shared forward's seconds per reply, averaged over the last few
         self._free_since = 0.0  # when the model last finished work: the replies it served submit again from then
         self._closed = False
         # The thread computes on as many cores as its creator; it takes them before the constructor returns, so
@@ -183,6 +184,11 @@ class Scheduler:
             with self._changed:
                 self._holders -= 1
                 self._changed.notify_all()
+
+    def lane_seconds(self) -> float | None:
+        """What a shared forward has lately taken per reply in it, while other replies hold slots too; None while a
+        reply is alone (a copy policy then prices drafts by its own cost curve)."""
+        return self._lane_seconds if self._holders > 1 else None
 
     def prefill(self, chunks: Iterator[torch.Tensor | None]) -> torch.Tensor:
         """Run a reply's prefill on the scheduler's thread, alone, a chunk between two rounds; its logits (V,)."""
@@ -255,7 +261,12 @@ class Scheduler:
     def _forward(self, jobs: list[_StepJob]) -> None:
         """One forward for all `jobs`; if it fails, each alone, so that an error fails only its own reply."""
         try:
+            began = time.perf_counter()
             logits = self.model.forward_lanes([job.lane for job in jobs])
+            if len(jobs) > 1:
+                per_reply = (time.perf_counter() - began) / len(jobs)
+                last = self._lane_seconds
+                self._lane_seconds = per_reply if last is None else 0.8 * last + 0.2 * per_reply
         except Exception:
             for job in jobs:
                 _settle(job.logits, lambda job=job: self.model.forward_lanes([job.lane])[0][: job.rows])
@@ -315,7 +326,8 @@ def scheduled_llma_stream(
     with scheduler.slot():
         runner = ScheduledRunner(scheduler, steps, sharing if sharing is not None else Sharing())
         verifier = ModelVerifier(scheduler.model, prompt_ids, steps, options.repetition, runner=runner)
-        yield from llma_steps(verifier, prompt_ids, references, policy, options, result)
+        shared = SharedForwardPolicy(policy, scheduler.lane_seconds)  # drafts weighed by the company kept
+        yield from llma_steps(verifier, prompt_ids, references, shared, options, result)
 
 
 def scheduled_greedy(

@@ -162,6 +162,27 @@ def test_replies_share_forwards_and_say_with_how_many():
     assert all(s.forwards == 29 and s.mean_others > 2.5 for s in sharings), sharings
 
 
+def test_in_company_drafts_are_weighed_by_the_reply_s_share_and_replies_stay_those_alone():
+    """Unpadded steps whose extra rows are dear: a reply in company drafts less (its share of a shared forward is
+    smaller than a lone step), and every reply's tokens are still the ones it gets alone."""
+    steep = CostCurve(sizes=(1, 2, 4, 8), seconds=(0.010, 0.012, 0.017, 0.029), step_width=8, padded=False)
+    assert steep.in_company(1.0) == steep
+    assert steep.in_company(0.5).relative(2) == pytest.approx(1 + 2 * (steep.relative(2) - 1))
+    drafter = AdaptiveCopyPolicy(cost=steep).start()
+    drafter.lane_seconds = lambda: 0.004  # 8 replies sharing 32 ms forwards
+    assert drafter.cost_now().relative(4) > 2 * steep.relative(4) - 1  # the same rows weigh more in company
+    model = PackedLlama(make_tiny_model("llama", torch.bfloat16, seed=1), weights="int4")  # unpadded: as above
+    jobs = [replace(job, policy=AdaptiveCopyPolicy(cost=steep), steps=replace(job.steps, padded=False))
+            for job in tiny_jobs("dry", model, seed=11) if job.references]
+    alone = [decode_alone(model, job) for job in jobs]
+    scheduler = Scheduler(model, max_slots=8)
+    try:
+        together, _ = decode_together(scheduler, jobs)
+    finally:
+        scheduler.close()
+    assert [(r.tokens, r.stop_reason) for r in together] == [(r.tokens, r.stop_reason) for r in alone]
+
+
 def test_an_error_in_one_reply_fails_that_reply_only():
     model = PackedLlama(make_tiny_model("qwen2", torch.bfloat16))
     steps, options = StepConfig(4, cache_len=256), LlmaOptions(30)
