@@ -12,6 +12,8 @@ import httpx
 import pytest
 from webui_helpers import ARTIFACTS, REPO, Server, free_port, server_env
 
+from decoding.hardware import cpu_features
+
 START_TIMEOUT_S = 180
 
 def _wait_until_up(process: subprocess.Popen, url: str, log: Path) -> None:
@@ -35,6 +37,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Server:
     env = server_env(
         root / "data", CHATBOT_PORT=str(port), CHATBOT_ADMIN_PASSWORD=password, GRADIO_TEMP_DIR=str(root / "gradio"),
         GRADIO_ANALYTICS_ENABLED="False",
+        # A given width and weight format, as tests/reliability/app_process.py gives: measuring them takes 20-30 s
+        # of a start and is tested in tests/chatbot/test_deployment.py and tests/decoding.
+        CHATBOT_STEP_WIDTH="4", CHATBOT_WEIGHTS="int4" if cpu_features().has_bf16 else "dense",
     )
     log = root / "server.log"
     with open(log, "w") as out:
