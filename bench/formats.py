@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from bench.markdown import fmt, table, write_side_run
+from chatbot.warm import common_prefix
 from data import load_questions
 from decoding import StepConfig, build_engine, greedy_generate, load_model, measure_cost_curve, pick_dtype
 from decoding.cost_model import weight_formats
@@ -98,13 +99,6 @@ def agreement(ours: Replies, theirs: Replies | None) -> tuple[float | None, floa
     equal = sum(a == b for a, b in zip(ours.tokens, theirs.tokens, strict=True)) / len(ours.tokens)
     prefix = [common_prefix(a, b) / max(len(a), 1) for a, b in zip(ours.tokens, theirs.tokens, strict=True)]
     return equal, sum(prefix) / len(prefix)
-
-
-def common_prefix(a: list[int], b: list[int]) -> int:
-    n = 0
-    while n < min(len(a), len(b)) and a[n] == b[n]:
-        n += 1
-    return n
 
 
 def report(formats: list[Replies], hf: Replies, peer: Replies | None, questions: int, max_new_tokens: int) -> str:

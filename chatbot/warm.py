@@ -56,6 +56,7 @@ def first_article(entry, articles: dict[str, str]) -> str | None:
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
+    """How many leading tokens `a` and `b` share."""
     n = 0
     for x, y in zip(a, b, strict=False):
         if x != y:
