@@ -26,6 +26,7 @@ from decoding import (
     Scheduler,
     Sharing,
     StepWidth,
+    attention_name,
     build_engine,
     greedy_generate,
     llma_stream,
@@ -311,11 +312,12 @@ class ChatService:
             return model
         if stats is None or stats.forward == "transformers":
             return model.source
-        packing = (stats.weights, stats.prefill_weights or stats.weights)
-        if packing != (model.weights, model.prefill_weights):
+        packing = (stats.weights, stats.prefill_weights or stats.weights, stats.attention)
+        if packing != (model.weights, model.prefill_weights, attention_name(model)):
             if packing not in self._repacked:
                 self._repacked[packing] = PackedLlama(  # older replies are few: no prompt chunks kept for them
-                    model.source, weights=packing[0], prefill_weights=packing[1], prefix_cache_bytes=0
+                    model.source, weights=packing[0], prefill_weights=packing[1], prefix_cache_bytes=0,
+                    lane_kernel=packing[2] == "kernel",
                 )
             return self._repacked[packing]
         return model

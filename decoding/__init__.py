@@ -17,7 +17,15 @@ from .greedy import greedy_generate, greedy_stream
 from .hardware import CpuFeatures, cpu_features, pick_device, pick_dtype
 from .llma import LlmaOptions, ModelVerifier, Verifier, llma_generate, llma_steps, llma_stream
 from .model_loading import ModelLoadError, load_model, prepare_bundled_model
-from .packed import DEFAULT_PREFIX_CACHE_BYTES, PackedLlama, forward_name, pack_model, packing_refusal, weights_name
+from .packed import (
+    DEFAULT_PREFIX_CACHE_BYTES,
+    PackedLlama,
+    attention_name,
+    forward_name,
+    pack_model,
+    packing_refusal,
+    weights_name,
+)
 from .policy import AdaptiveCopyPolicy, CopyPolicy, Drafter, FixedCopyPolicy, best_copy_len
 from .prefix_cache import PrefixCache
 from .reference_index import OUTPUT_SOURCE, PROMPT_SOURCE, Match, ReferenceIndex
@@ -77,6 +85,7 @@ __all__ = [
     "PackedLlama",
     "forward_name",
     "weights_name",
+    "attention_name",
     "pack_model",
     "packing_refusal",
     "ReferenceIndex",

@@ -18,7 +18,7 @@ import torch
 
 from .batch_probe import short_blocks_keep_their_bits
 from .forward import ModelVerifier, wants_fixed_width
-from .packed import PackedLlama, forward_name, weights_name
+from .packed import PackedLlama, attention_name, forward_name, weights_name
 from .steps import ONE_TOKEN_STEPS, StepConfig
 from .weights import WEIGHT_FORMATS, format_refusal, int4_refusal
 
@@ -139,6 +139,8 @@ def machine_key(model: torch.nn.Module, steps: StepConfig = ONE_TOKEN_STEPS) -> 
     shape = f"{cfg.model_type}-{cfg.num_hidden_layers}x{cfg.hidden_size}-v{cfg.vocab_size}-{forward_name(model)}"
     if weights_name(model) != "dense":  # dense keys stay as they were, so a machine's measured curves still count
         shape += f"-{weights_name(model)}"
+    if attention_name(model) != "sdpa":
+        shape += f"-{attention_name(model)}"
     width = f"width={steps.width},cache_len={steps.cache_len}" if steps.width else "width=variable"
     if steps.width and not steps.padded:
         width += ",unpadded"

@@ -17,6 +17,7 @@ from .model_loading import load_model
 from .packed import (
     DEFAULT_PREFIX_CACHE_BYTES,
     PackedLlama,
+    attention_name,
     forward_name,
     pack_model,
     packing_refusal,
@@ -86,6 +87,11 @@ class Engine:
         return weights_name(self.model)
 
     @property
+    def attention(self) -> str:
+        """"kernel" or "sdpa": how decode steps attend (PackedLlama.lane_kernel)."""
+        return attention_name(self.model)
+
+    @property
     def prefill_weights(self) -> str:
         """The weight format prompts are prefilled in (PackedLlama.prefill_weights): dense for every format here."""
         return self.model.prefill_weights if isinstance(self.model, PackedLlama) else "dense"
@@ -112,6 +118,8 @@ class Engine:
         weights = f", {self.weights} weights" if self.weights != "dense" else ""
         if self.prefill_weights != self.weights:
             weights += f" ({self.prefill_weights} prefill)"
+        if self.attention == "kernel":
+            weights += ", lane-kernel attention"
         return f"{where}, {self.forward} forward{weights}, {steps} ({cpu_features().model_name})"
 
 

@@ -23,6 +23,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
+from .lane_kernel import lane_kernel_refusal
 from .prefix_cache import PrefixCache
 from .steps import StepConfig
 from .weights import Weight, format_refusal, pack_weight, product
@@ -101,6 +102,7 @@ class DecoderLayers(torch.nn.Module):
     input_norm: list[torch.Tensor]
     post_norm: list[torch.Tensor]
     mask_kind: list[int]  # which of a lane's masks the layer attends with (PackedLlama.windows)
+    window: list[int]  # the layer's sliding window, -1 for none (the lane kernel's)
 
     def __init__(self, model: "PackedLlama", layers: Sequence[torch.nn.Module], mask_kind: list[int]) -> None:
         super().__init__()
@@ -120,6 +122,7 @@ class DecoderLayers(torch.nn.Module):
         self.input_norm = [layer.input_layernorm.weight.detach() for layer in layers]
         self.post_norm = [layer.post_attention_layernorm.weight.detach() for layer in layers]
         self.mask_kind = mask_kind
+        self.window = [-1 if model.windows[kind] is None else model.windows[kind] for kind in mask_kind]
         self.heads, self.kv_heads, self.head_dim = model.n_heads, model.n_kv_heads, model.head_dim
         self.intermediate, self.eps, self.scaling = model.intermediate, model.eps, model.scaling
 
@@ -127,26 +130,46 @@ class DecoderLayers(torch.nn.Module):
         self, x: torch.Tensor, sizes: list[int], starts: list[int], key_lens: list[int],
         keys: list[list[torch.Tensor]], values: list[list[torch.Tensor]],
         cos: list[torch.Tensor], sin: list[torch.Tensor], masks: list[list[torch.Tensor]], copy_keys: bool,
+        cos_table: torch.Tensor, sin_table: torch.Tensor, prompt: bool,
     ) -> torch.Tensor:
         """x (sum of sizes, hidden) through every layer; lane j's rows are the j-th `sizes` rows of x.
-        `copy_keys`: attention reads a contiguous copy of the keys, not a view whose stride is the cache's size."""
+        `copy_keys`: attention reads a contiguous copy of the keys, not a view whose stride is the cache's size.
+        `prompt`: a prefill (always SDPA); the lane kernel reads the whole rotary tables, SDPA the lanes' rows."""
         hidden = [x.shape[-1]]
         for i in range(len(self.qkv)):
             h = F.rms_norm(x, hidden, self.input_norm[i], self.eps)
             qkv = product(self.kernel, h, self.qkv[i], self.qkv_scales[i], self.qkv_bias[i])
-            parts = qkv.split(sizes)
-            attended = [
-                self.attend(parts[j], starts[j], key_lens[j], keys[j][i], values[j][i], cos[j], sin[j],
-                            masks[j][self.mask_kind[i]], copy_keys)
-                for j in range(len(sizes))
-            ]
-            rows = attended[0] if len(attended) == 1 else torch.cat(attended)
+            rows = self.attend_lanes(
+                i, qkv, sizes, starts, key_lens, keys, values, cos, sin, masks, copy_keys, cos_table, sin_table, prompt
+            )
             x = x + product(self.kernel, rows, self.o[i], self.o_scales[i], self.o_bias[i])
             h = F.rms_norm(x, hidden, self.post_norm[i], self.eps)
             gate_up = product(self.kernel, h, self.gate_up[i], self.gate_up_scales[i], None)
             gated = F.silu(gate_up[:, : self.intermediate]) * gate_up[:, self.intermediate :]
             x = x + product(self.kernel, gated, self.down[i], self.down_scales[i], None)
         return x
+
+    def attend_lanes(
+        self, i: int, qkv: torch.Tensor, sizes: list[int], starts: list[int], key_lens: list[int],
+        keys: list[list[torch.Tensor]], values: list[list[torch.Tensor]], cos: list[torch.Tensor],
+        sin: list[torch.Tensor], masks: list[list[torch.Tensor]], copy_keys: bool,
+        cos_table: torch.Tensor, sin_table: torch.Tensor, prompt: bool,
+    ) -> torch.Tensor:
+        """Layer i's attention output (sum of sizes, heads * dim) for every lane: here an SDPA call per lane."""
+        return self.attend_each(i, qkv, sizes, starts, key_lens, keys, values, cos, sin, masks, copy_keys)
+
+    def attend_each(
+        self, i: int, qkv: torch.Tensor, sizes: list[int], starts: list[int], key_lens: list[int],
+        keys: list[list[torch.Tensor]], values: list[list[torch.Tensor]], cos: list[torch.Tensor],
+        sin: list[torch.Tensor], masks: list[list[torch.Tensor]], copy_keys: bool,
+    ) -> torch.Tensor:
+        parts = qkv.split(sizes)
+        attended = [
+            self.attend(parts[j], starts[j], key_lens[j], keys[j][i], values[j][i], cos[j], sin[j],
+                        masks[j][self.mask_kind[i]], copy_keys)
+            for j in range(len(sizes))
+        ]
+        return attended[0] if len(attended) == 1 else torch.cat(attended)
 
     def attend(
         self, qkv: torch.Tensor, start: int, key_len: int, keys: torch.Tensor, values: torch.Tensor,
@@ -179,6 +202,25 @@ class DecoderLayers(torch.nn.Module):
         return out.view(heads, rows, dim)[:, :n_tokens].transpose(0, 1).reshape(n_tokens, heads * dim)
 
 
+class KernelDecoderLayers(DecoderLayers):
+    """DecoderLayers whose decode steps attend through the lane kernel: one call per layer for every lane
+    (decoding/csrc/lane_attention.cpp), each row's bits its own whatever its company; prefills keep SDPA."""
+
+    def attend_lanes(
+        self, i: int, qkv: torch.Tensor, sizes: list[int], starts: list[int], key_lens: list[int],
+        keys: list[list[torch.Tensor]], values: list[list[torch.Tensor]], cos: list[torch.Tensor],
+        sin: list[torch.Tensor], masks: list[list[torch.Tensor]], copy_keys: bool,
+        cos_table: torch.Tensor, sin_table: torch.Tensor, prompt: bool,
+    ) -> torch.Tensor:
+        if prompt:
+            return self.attend_each(i, qkv, sizes, starts, key_lens, keys, values, cos, sin, masks, copy_keys)
+        return torch.ops.llma.lane_attention(
+            qkv, cos_table, sin_table, [keys[j][i] for j in range(len(sizes))],
+            [values[j][i] for j in range(len(sizes))], sizes, starts, self.heads, self.kv_heads, self.window[i],
+            self.scaling,
+        )
+
+
 def packing_refusal(model: torch.nn.Module) -> str | None:
     """Why `model` cannot run on the packed forward, or None when it can."""
     cfg = model.config
@@ -207,11 +249,19 @@ class PackedLlama:
 
     def __init__(
         self, model: torch.nn.Module, width_hint: int = 8, weights: str = "dense", prefill_weights: str | None = None,
-        prefix_cache_bytes: int = DEFAULT_PREFIX_CACHE_BYTES,
+        prefix_cache_bytes: int = DEFAULT_PREFIX_CACHE_BYTES, lane_kernel: bool | None = None,
     ) -> None:
         refusal = packing_refusal(model) or format_refusal(weights, model.dtype, model.device)
         if refusal is not None:
             raise ValueError(f"cannot pack this model: {refusal}")
+        # Decode steps attend through the lane kernel on a CPU where it builds (None: then), else through SDPA.
+        # The two round differently, so it is one choice per packing, recorded with every reply
+        # (ReplyStats.attention) and reproduced by Verify.
+        if lane_kernel is None:
+            lane_kernel = model.device.type == "cpu" and lane_kernel_refusal() is None
+        elif lane_kernel and (model.device.type != "cpu" or lane_kernel_refusal() is not None):
+            raise ValueError(f"no lane kernel here: {lane_kernel_refusal() or 'it runs on a CPU only'}")
+        self.lane_kernel = lane_kernel
         self.source = model
         self.weights = weights  # "dense", "int8" or "int4" (decoding/weights.py)
         # Prefills run dense whatever the steps' format: the int kernels are made for a few rows, and a prompt of
@@ -233,14 +283,15 @@ class PackedLlama:
         layer_windows = [_window(cfg, i) for i in range(self.n_layers)]
         self.windows = list(dict.fromkeys(layer_windows))  # the attention kinds: sliding windows, None for full
         mask_kind = [self.windows.index(window) for window in layer_windows]
-        self.decoder = _scripted(DecoderLayers(self, inner.layers, mask_kind))
+        self.decoder = _scripted((KernelDecoderLayers if lane_kernel else DecoderLayers)(self, inner.layers, mask_kind))
         self.embed = inner.embed_tokens.weight.detach()
         self.norm = inner.norm.weight.detach()
         self._rotary = inner.rotary_emb
         self._cos = self._sin = torch.empty(0)
         self._prefiller = (
             self if self.prefill_weights == weights
-            else PackedLlama(model, width_hint, self.prefill_weights, prefix_cache_bytes=0)  # keeps no chunks itself
+            # keeps no chunks itself, and only prefills (SDPA)
+            else PackedLlama(model, width_hint, self.prefill_weights, prefix_cache_bytes=0, lane_kernel=False)
         )
         # Under int4 the head stays in the model's dtype (the bundled GGUF stores it, the tied embedding, as Q8_0,
         # which bf16 holds nearly as is): the int8 kernel's cost grows with every row and the dense one's barely
@@ -265,7 +316,7 @@ class PackedLlama:
         into `cache`, by the `prefill_weights` packing (the same cache layout in every format). `chunked`: one
         chunk of a chunked prefill, attending over a copy of the keys (StepConfig.prefill_chunk)."""
         lane = Lane(ids, start, cache, key_len)
-        return self._prefiller.forward_lanes([lane], last_only=True, copy_keys=chunked)[0]
+        return self._prefiller.forward_lanes([lane], last_only=True, copy_keys=chunked, prompt=True)[0]
 
     def new_cache(self, cache_len: int) -> KvCache:
         # Zeros, not empty: masked keys still enter the products, and 0 x NaN would poison a row.
@@ -287,7 +338,7 @@ class PackedLlama:
 
     @torch.inference_mode()
     def forward_lanes(
-        self, lanes: Sequence["Lane"], last_only: bool = False, copy_keys: bool = False
+        self, lanes: Sequence["Lane"], last_only: bool = False, copy_keys: bool = False, prompt: bool = False
     ) -> list[torch.Tensor]:
         """Logits of each lane's rows (T_i, V), or of its last row (1, V) with `last_only`.
 
@@ -299,12 +350,16 @@ class PackedLlama:
         for lane in lanes:
             lane.check_fits()
         sizes = [lane.ids.shape[0] for lane in lanes]
-        contexts = [self._lane_context(lane) for lane in lanes]
+        by_kernel = self.lane_kernel and not prompt
+        if by_kernel:  # the kernel takes positions and the whole rotary tables, no masks
+            self._rotary_tables(0, 1, max(lane.cache.cache_len for lane in lanes))
+        contexts = [] if by_kernel else [self._lane_context(lane) for lane in lanes]
         x = F.embedding(torch.cat([lane.ids for lane in lanes]) if len(lanes) > 1 else lanes[0].ids, self.embed)
         x = self.decoder(
             x, sizes, [lane.start for lane in lanes], [lane.key_len for lane in lanes],
             [lane.cache.keys for lane in lanes], [lane.cache.values for lane in lanes],
             [ctx.cos for ctx in contexts], [ctx.sin for ctx in contexts], [ctx.masks for ctx in contexts], copy_keys,
+            self._cos, self._sin, not by_kernel,
         )  # (sum T_i, hidden)
         if last_only:
             x, sizes = x[torch.tensor(sizes).cumsum(0) - 1], [1] * len(lanes)
@@ -397,6 +452,11 @@ def forward_name(model) -> str:
 def weights_name(model) -> str:
     """How the forward holds its weights: "int8" or "int4" (packed only), else "dense" (the model's dtype)."""
     return model.weights if isinstance(model, PackedLlama) else "dense"
+
+
+def attention_name(model) -> str:
+    """How decode steps attend: "kernel" (the lane kernel, decoding/csrc) or "sdpa" (every reply before it)."""
+    return "kernel" if isinstance(model, PackedLlama) and model.lane_kernel else "sdpa"
 
 
 def pack_model(

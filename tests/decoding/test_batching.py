@@ -29,6 +29,7 @@ from decoding import (
 )
 from decoding import scheduler as scheduler_module
 from decoding.batch_probe import shared_forward_mismatches, short_block_mismatches
+from decoding.lane_kernel import lane_kernel_refusal
 from decoding.packed import Lane
 from decoding.scheduler import Scheduler, Sharing, scheduled_llma_stream
 from decoding.threads import in_passing_thread
@@ -115,10 +116,14 @@ def tiny_jobs(rule_name: str, model: PackedLlama, seed: int) -> list[Job]:
     return jobs
 
 
+@pytest.mark.parametrize("lane_kernel", [True, False], ids=["kernel", "sdpa"])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("arch", PACKED_ARCHS)
-def test_a_row_in_a_shared_forward_is_bit_identical_to_the_row_alone(arch, dtype):
-    model = PackedLlama(make_tiny_model(arch, DTYPES[dtype]))
+def test_a_row_in_a_shared_forward_is_bit_identical_to_the_row_alone(arch, dtype, lane_kernel):
+    """Through the lane kernel (wherever it builds) and through SDPA lane by lane (CUDA, or no compiler)."""
+    if lane_kernel and lane_kernel_refusal() is not None:
+        pytest.skip(lane_kernel_refusal())
+    model = PackedLlama(make_tiny_model(arch, DTYPES[dtype]), lane_kernel=lane_kernel)
     for width in (4, 8):
         assert shared_forward_mismatches(model, width, max_lanes=8) == [], width
 
@@ -134,6 +139,15 @@ def test_replies_in_random_mixtures_equal_the_replies_alone(arch, dtype, rule):
     rng = random.Random(5)
     scheduler = Scheduler(model, max_slots=rng.choice([3, 8]))
     check_random_mixtures(scheduler, jobs, alone, rng, rounds=3, fewest=1)
+
+
+def test_replies_attending_through_sdpa_in_random_mixtures_equal_the_replies_alone():
+    """The per-lane SDPA path, kept where the lane kernel is not built (CUDA, no compiler)."""
+    model = PackedLlama(make_tiny_model("llama", torch.bfloat16, seed=1), lane_kernel=False)
+    jobs = tiny_jobs("dry", model, seed=7)
+    alone = [fingerprint(decode_alone(model, job)) for job in jobs]
+    rng = random.Random(7)
+    check_random_mixtures(Scheduler(model, max_slots=8), jobs, alone, rng, rounds=2, fewest=2)
 
 
 @pytest.mark.parametrize("arch", PACKED_ARCHS)

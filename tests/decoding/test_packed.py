@@ -26,7 +26,7 @@ from decoding.batch_probe import short_block_mismatches
 from decoding.cost_model import FLAT_TOLERANCE, STEP_WIDTHS, UNPADDED_WIDTH, CostCurve
 from decoding.engine import StepWidth, needs_padding
 from decoding.forward import open_runner
-from decoding.packed import PackedRunner
+from decoding.packed import Lane, PackedRunner
 from decoding.weights import format_refusal, int4_weight
 
 from .invariance import differing_positions, make_tiny_model
@@ -338,7 +338,8 @@ def test_int_formats_prefill_dense_and_their_old_packing_prefills_in_its_own_for
     assert new.prefill_weights == "dense" and own.prefill_weights == weights
     assert all(torch.equal(a, b) for a, b in zip(prefilled(new), prefilled(dense), strict=True))
     cache = own.new_cache(128)
-    assert torch.equal(prefilled(own)[0], own.forward(ids, 0, cache, 64, last_only=True))
+    in_own_format = own.forward_lanes([Lane(ids, 0, cache, 64)], last_only=True, prompt=True)[0]
+    assert torch.equal(prefilled(own)[0], in_own_format)
     assert not torch.equal(prefilled(own)[1], prefilled(dense)[1])  # the formats' keys differ: Verify must know
 
 

@@ -1,0 +1,302 @@
+// Decode-step attention for every lane of a shared forward in one call (PackedLlama's "lane kernel").
+//
+// Each reply (lane) attends over its own KV cache, so a forward of N replies made N attention calls per layer
+// (SDPA: 70-120 us each on 2 cores, most of it not arithmetic). Here one call per layer takes every lane's rows:
+// it rotates each row's query and key (rotary), writes the block's keys and values into the lane's cache, and
+// computes each query row's softmax(q k / sqrt(d)) v over exactly the keys at or before its position (within
+// the sliding window, if any). Sums run in fp32, in one fixed order per row: a row's bits depend on its own
+// query and its own lane's keys only, never on how many rows, lanes or threads share the call (SDPA rounds a
+// one-row query unlike the same row among others, and its sums change with the key count). Prefills keep SDPA.
+// Built on the machine at first use (decoding/lane_kernel.py) with -march=native: AVX-512 where the CPU has it,
+// plain loops elsewhere; a build is one fixed rule, so a deployment's replies do not change while it runs.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+#include <cmath>
+#include <cstring>
+#include <cstdint>
+#include <vector>
+#include <algorithm>
+
+namespace {
+
+inline float to_f(float x) { return x; }
+inline float to_f(c10::BFloat16 x) { uint32_t b = uint32_t(x.x) << 16; float f; std::memcpy(&f, &b, 4); return f; }
+template <typename T> inline T from_f(float x);
+template <> inline float from_f<float>(float x) { return x; }
+template <> inline c10::BFloat16 from_f<c10::BFloat16>(float x) { return c10::BFloat16(x); }  // round to nearest even
+
+// exp for x <= 0 (Cephes expf): range reduction by ln 2, a degree-5 polynomial, 2^n from the exponent bits.
+inline float exp_nonpositive(float x) {
+  x = x < -87.0f ? -87.0f : x;
+  float n = std::floor(x * 1.44269504088896341f + 0.5f);
+  float r = x - n * 0.693359375f + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  float y = p * r * r + r + 1.0f;
+  int32_t bits = (int32_t(n) + 127) << 23;
+  float scale; std::memcpy(&scale, &bits, 4);
+  return y * scale;
+}
+
+constexpr int kLanes = 16;  // partial sums per dot product: one AVX-512 register of floats
+
+template <typename T>
+inline float dot(const float* q, const T* k, int64_t dim) {
+  float acc[kLanes] = {0};
+  for (int64_t d = 0; d < dim; ++d) acc[d % kLanes] += q[d] * to_f(k[d]);
+  for (int w = kLanes / 2; w > 0; w /= 2)
+    for (int i = 0; i < w; ++i) acc[i] += acc[i + w];
+  return acc[0];
+}
+
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 load16(const c10::BFloat16* p) {
+  __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+}
+#endif
+
+// One query row's score against one key: the same operations in the same order on every path, so a row's
+// bits never depend on which rows share its call.
+template <typename T>
+inline float score(const float* q, const T* k, int64_t dim) {
+#if defined(__AVX512F__)
+  if (dim % 16 == 0) {
+    __m512 s = _mm512_mul_ps(load16(q), load16(k));
+    for (int64_t d = 16; d < dim; d += 16) s = _mm512_fmadd_ps(load16(q + d), load16(k + d), s);
+    return _mm512_reduce_add_ps(s);
+  }
+#endif
+  return dot(q, k, dim);
+}
+
+constexpr int kChunk = 4;  // query rows that share each loaded key
+
+#if defined(__AVX512F__)
+inline __m512 exp16(__m512 x) {  // exp_nonpositive, 16 at a time
+  x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
+  __m512 n = _mm512_roundscale_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), _mm512_set1_ps(0.5f)),
+                                  _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+  __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+  return _mm512_mul_ps(y, _mm512_castsi512_ps(bits));
+}
+#endif
+
+// Softmax weights of one row's scores sc[0..n) in place (n rounded up to 16 is writable); returns their sum.
+inline float softmax_weights(float* sc, int64_t n) {
+#if defined(__AVX512F__)
+  const int64_t padded = (n + 15) / 16 * 16;
+  for (int64_t i = n; i < padded; ++i) sc[i] = -INFINITY;
+  __m512 mx = _mm512_set1_ps(-INFINITY);
+  for (int64_t i = 0; i < padded; i += 16) mx = _mm512_max_ps(mx, _mm512_loadu_ps(sc + i));
+  const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
+  __m512 total = _mm512_setzero_ps();
+  for (int64_t i = 0; i < padded; i += 16) {
+    __mmask16 keep = i + 16 <= n ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1);
+    __m512 p = _mm512_maskz_mov_ps(keep, exp16(_mm512_sub_ps(_mm512_loadu_ps(sc + i), m)));
+    _mm512_storeu_ps(sc + i, p);
+    total = _mm512_add_ps(total, p);
+  }
+  return _mm512_reduce_add_ps(total);
+#else
+  float mx = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) mx = sc[i] > mx ? sc[i] : mx;
+  float total = 0.0f;
+  for (int64_t i = 0; i < n; ++i) { sc[i] = exp_nonpositive(sc[i] - mx); total += sc[i]; }
+  return total;
+#endif
+}
+
+// acc (dim) += w * v (dim): the same operations for a row on every path.
+template <typename T>
+inline void add_weighted(float* acc, float w, const T* v, int64_t dim) {
+#if defined(__AVX512F__)
+  if (dim % 16 == 0) {
+    const __m512 wv = _mm512_set1_ps(w);
+    for (int64_t d = 0; d < dim; d += 16) _mm512_storeu_ps(acc + d, _mm512_fmadd_ps(wv, load16(v + d), _mm512_loadu_ps(acc + d)));
+    return;
+  }
+#endif
+  for (int64_t d = 0; d < dim; ++d) acc[d] += w * to_f(v[d]);
+}
+
+// The rows of query heads group*kvh.. of one lane (T rows each) against that lane's keys of kv head kvh.
+// Every query row's score with a key is the same operations whichever rows share the call, and its weighted
+// values are summed over its keys in ascending order on every path: a row's bits never depend on its company.
+template <typename T>
+void attend_group(const T* x, int64_t width, int64_t first, int64_t n_rows, int64_t start, int64_t heads,
+                  int64_t group, int64_t kvh, int64_t dim, int64_t window, float scale, const T* kc, const T* vc,
+                  const T* ct, const T* st, T* o) {
+  const int64_t half = dim / 2, n_q = group * n_rows;
+  std::vector<float> q(n_q * dim), acc(n_q * dim, 0.0f), sum(n_q, 0.0f);
+  std::vector<int64_t> lo(n_q), hi(n_q);
+  for (int64_t a = 0; a < n_q; ++a) {
+    int64_t h = kvh * group + a / n_rows, t = a % n_rows, pos = start + t;
+    const T* qin = x + (first + t) * width + h * dim;
+    const T* c = ct + pos * dim; const T* s = st + pos * dim;
+    for (int64_t d = 0; d < dim; ++d)
+      q[a * dim + d] = (to_f(qin[d]) * to_f(c[d]) + to_f(qin[(d + half) % dim]) * to_f(s[d])) * scale;
+    hi[a] = pos + 1;
+    lo[a] = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0;
+  }
+  const int64_t lo_all = *std::min_element(lo.begin(), lo.end()), hi_all = *std::max_element(hi.begin(), hi.end());
+  const int64_t span = (hi_all - lo_all + 15) / 16 * 16;
+  std::vector<float> scores(n_q * span);
+  for (int64_t a0 = 0; a0 < n_q; a0 += kChunk) {
+    const int64_t na = std::min<int64_t>(kChunk, n_q - a0);
+    int64_t c_lo = *std::max_element(lo.begin() + a0, lo.begin() + a0 + na);
+    int64_t c_hi = *std::min_element(hi.begin() + a0, hi.begin() + a0 + na);
+    bool fast = false;
+#if defined(__AVX512F__)
+    fast = dim == 64 && na == kChunk && c_lo < c_hi;
+#endif
+    if (!fast) c_lo = c_hi = hi_all;  // every key on the per-row path
+    auto slow_scores = [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i)
+        for (int64_t a = a0; a < a0 + na; ++a)
+          if (i >= lo[a] && i < hi[a]) scores[a * span + (i - lo[a])] = score(q.data() + a * dim, kc + i * dim, dim);
+    };
+    slow_scores(lo_all, c_lo);
+#if defined(__AVX512F__)
+    if (fast) {
+      __m512 qv[kChunk][4];
+      for (int a = 0; a < kChunk; ++a)
+        for (int d = 0; d < 4; ++d) qv[a][d] = load16(q.data() + (a0 + a) * dim + 16 * d);
+      for (int64_t i = c_lo; i < c_hi; ++i) {
+        const T* kr = kc + i * dim;
+        const __m512 k0 = load16(kr), k1 = load16(kr + 16), k2 = load16(kr + 32), k3 = load16(kr + 48);
+        for (int a = 0; a < kChunk; ++a) {
+          __m512 s = _mm512_mul_ps(qv[a][0], k0);
+          s = _mm512_fmadd_ps(qv[a][1], k1, s);
+          s = _mm512_fmadd_ps(qv[a][2], k2, s);
+          s = _mm512_fmadd_ps(qv[a][3], k3, s);
+          scores[(a0 + a) * span + (i - lo[a0 + a])] = _mm512_reduce_add_ps(s);
+        }
+      }
+    }
+#endif
+    slow_scores(c_hi, hi_all);
+    for (int64_t a = a0; a < a0 + na; ++a) sum[a] = softmax_weights(scores.data() + a * span, hi[a] - lo[a]);
+    auto slow_values = [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i)
+        for (int64_t a = a0; a < a0 + na; ++a)
+          if (i >= lo[a] && i < hi[a]) add_weighted(acc.data() + a * dim, scores[a * span + (i - lo[a])], vc + i * dim, dim);
+    };
+    slow_values(lo_all, c_lo);
+#if defined(__AVX512F__)
+    if (fast) {
+      __m512 av[kChunk][4];
+      for (int a = 0; a < kChunk; ++a)
+        for (int d = 0; d < 4; ++d) av[a][d] = _mm512_loadu_ps(acc.data() + (a0 + a) * dim + 16 * d);
+      for (int64_t i = c_lo; i < c_hi; ++i) {
+        const T* vr = vc + i * dim;
+        const __m512 v0 = load16(vr), v1 = load16(vr + 16), v2 = load16(vr + 32), v3 = load16(vr + 48);
+        for (int a = 0; a < kChunk; ++a) {
+          const __m512 w = _mm512_set1_ps(scores[(a0 + a) * span + (i - lo[a0 + a])]);
+          av[a][0] = _mm512_fmadd_ps(w, v0, av[a][0]);
+          av[a][1] = _mm512_fmadd_ps(w, v1, av[a][1]);
+          av[a][2] = _mm512_fmadd_ps(w, v2, av[a][2]);
+          av[a][3] = _mm512_fmadd_ps(w, v3, av[a][3]);
+        }
+      }
+      for (int a = 0; a < kChunk; ++a)
+        for (int d = 0; d < 4; ++d) _mm512_storeu_ps(acc.data() + (a0 + a) * dim + 16 * d, av[a][d]);
+    }
+#endif
+    slow_values(c_hi, hi_all);
+  }
+  for (int64_t a = 0; a < n_q; ++a) {
+    int64_t h = kvh * group + a / n_rows, t = a % n_rows;
+    T* orow = o + (first + t) * heads * dim + h * dim;
+    const float inv = 1.0f / sum[a];
+    for (int64_t d = 0; d < dim; ++d) orow[d] = from_f<T>(acc[a * dim + d] * inv);
+  }
+}
+
+template <typename T>
+void run(const at::Tensor& qkv, const at::Tensor& cos, const at::Tensor& sin, c10::List<at::Tensor> keys,
+         c10::List<at::Tensor> values, at::IntArrayRef sizes, at::IntArrayRef starts, int64_t heads,
+         int64_t kv_heads, int64_t window, double scale, at::Tensor& out) {
+  const int64_t dim = cos.size(-1), half = dim / 2, lanes = sizes.size(), group = heads / kv_heads;
+  const int64_t width = qkv.size(1);
+  std::vector<int64_t> first(lanes + 1, 0);
+  for (int64_t j = 0; j < lanes; ++j) first[j + 1] = first[j] + sizes[j];
+  std::vector<T*> kp(lanes), vp(lanes);
+  std::vector<int64_t> cache_len(lanes);
+  for (int64_t j = 0; j < lanes; ++j) {
+    at::Tensor k = keys.get(j), v = values.get(j);
+    kp[j] = k.data_ptr<T>(); vp[j] = v.data_ptr<T>(); cache_len[j] = k.size(2);
+  }
+  const T* x = qkv.data_ptr<T>();
+  const T* ct = cos.data_ptr<T>();
+  const T* st = sin.data_ptr<T>();
+  T* o = out.data_ptr<T>();
+  const int64_t rows = first[lanes];
+  // One task per lane and kv head: write that head's keys (rotated) and values of the lane's rows into its
+  // cache, then attend the query heads that share it. A task reads only its own lane's cache.
+  at::parallel_for(0, lanes * kv_heads, 1, [&](int64_t b, int64_t e) {
+    for (int64_t it = b; it < e; ++it) {
+      const int64_t j = it / kv_heads, kvh = it % kv_heads;
+      T* kc = kp[j] + kvh * cache_len[j] * dim;
+      T* vc = vp[j] + kvh * cache_len[j] * dim;
+      for (int64_t r = first[j]; r < first[j + 1]; ++r) {
+        const int64_t pos = starts[j] + (r - first[j]);
+        const T* kin = x + r * width + (heads + kvh) * dim;
+        const T* vin = x + r * width + (heads + kv_heads + kvh) * dim;
+        const T* c = ct + pos * dim;
+        const T* s = st + pos * dim;
+        for (int64_t d = 0; d < dim; ++d)
+          kc[pos * dim + d] = from_f<T>(to_f(kin[d]) * to_f(c[d]) + to_f(kin[(d + half) % dim]) * to_f(s[d]));
+        std::copy(vin, vin + dim, vc + pos * dim);
+      }
+      attend_group<T>(x, width, first[j], sizes[j], starts[j], heads, group, kvh, dim, window, float(scale), kc, vc,
+                      ct, st, o);
+    }
+  });
+}
+
+at::Tensor lane_attention(const at::Tensor& qkv, const at::Tensor& cos, const at::Tensor& sin,
+                          c10::List<at::Tensor> keys, c10::List<at::Tensor> values, at::IntArrayRef sizes,
+                          at::IntArrayRef starts, int64_t heads, int64_t kv_heads, int64_t window, double scale) {
+  TORCH_CHECK(qkv.is_contiguous() && cos.is_contiguous() && sin.is_contiguous(), "lane_attention: contiguous inputs");
+  TORCH_CHECK(qkv.scalar_type() == at::kBFloat16 || qkv.scalar_type() == at::kFloat, "lane_attention: bf16 or fp32");
+  TORCH_CHECK(keys.size() == sizes.size() && values.size() == sizes.size() && starts.size() == sizes.size(),
+              "lane_attention: one cache, size and start per lane");
+  for (size_t j = 0; j < keys.size(); ++j) {
+    const at::Tensor k = keys.get(j), v = values.get(j);
+    TORCH_CHECK(k.is_contiguous() && v.is_contiguous() && k.scalar_type() == qkv.scalar_type() &&
+                v.scalar_type() == qkv.scalar_type() && k.dim() == 4 && k.size(2) >= starts[j] + sizes[j] &&
+                cos.size(0) >= starts[j] + sizes[j], "lane_attention: lane ", j, "'s cache or rotary table");
+  }
+  at::Tensor out = at::empty({qkv.size(0), heads * cos.size(-1)}, qkv.options());
+  if (qkv.scalar_type() == at::kBFloat16)
+    run<c10::BFloat16>(qkv, cos, sin, keys, values, sizes, starts, heads, kv_heads, window, scale, out);
+  else
+    run<float>(qkv, cos, sin, keys, values, sizes, starts, heads, kv_heads, window, scale, out);
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY(llma, m) {
+  m.def("lane_attention(Tensor qkv, Tensor cos, Tensor sin, Tensor(a!)[] keys, Tensor(b!)[] values, int[] sizes, "
+        "int[] starts, int heads, int kv_heads, int window, float scale) -> Tensor");
+  m.impl("lane_attention", c10::DispatchKey::CPU, TORCH_FN(lane_attention));
+}

@@ -1,0 +1,41 @@
+"""Builds and loads the lane attention kernel (decoding/csrc/lane_attention.cpp) once per machine.
+
+The kernel is compiled with the machine's own compiler flags (-march=native) into a folder named after the
+source's and torch's versions, so an edited source or another torch builds anew and two processes share a
+build (torch's extension loader locks the folder). Where it cannot be built (no C++ compiler, no ninja), the
+packed forward keeps attending through SDPA, lane by lane, and says so.
+"""
+
+import hashlib
+import logging
+import os
+import platform
+from functools import cache
+from pathlib import Path
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+SOURCE = Path(__file__).parent / "csrc" / "lane_attention.cpp"
+BUILD_ROOT = Path(os.environ.get("CHATBOT_KERNEL_DIR", Path.home() / ".cache" / "llma-helpdesk" / "kernels"))
+
+
+@cache
+def lane_kernel_refusal() -> str | None:
+    """None once `torch.ops.llma.lane_attention` is loaded, else why it could not be (once per process)."""
+    if platform.system() != "Linux":
+        return f"the lane kernel is built on Linux only, not {platform.system()}"
+    try:
+        from torch.utils.cpp_extension import load
+
+        digest = hashlib.sha256(SOURCE.read_bytes() + torch.__version__.encode() + platform.machine().encode())
+        folder = BUILD_ROOT / digest.hexdigest()[:16]
+        folder.mkdir(parents=True, exist_ok=True)
+        load(name="llma_lane_attention", sources=[str(SOURCE)], build_directory=str(folder),
+             extra_cflags=["-O3", "-march=native", "-fopenmp"], extra_ldflags=["-fopenmp"],
+             is_python_module=False, verbose=False)
+    except Exception as exc:  # no compiler, no ninja, a failed build: SDPA it is
+        logger.warning("lane attention kernel not built (%s); decode steps attend through SDPA", exc)
+        return f"not built: {exc}"
+    return None
