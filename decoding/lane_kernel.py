@@ -1,14 +1,14 @@
 """Builds and loads the lane attention kernel (decoding/csrc/lane_attention.cpp) once per machine.
 
-The kernel is compiled with the machine's own compiler flags (-march=native) into a folder named after the
-source's and torch's versions, so an edited source or another torch builds anew and two processes share a
-build (torch's extension loader locks the folder). Where it cannot be built (no C++ compiler, no ninja), the
-packed forward keeps attending through SDPA, lane by lane, and says so.
+The kernel is compiled for the machine's own CPU (-march=native: AVX-512 where it has it) into a folder under
+~/.cache named after the source, torch's version and the CPU's flags, so an edited source, another torch or
+another CPU builds anew (12 s) and processes on one machine share a build (torch's extension loader locks it).
+Where it cannot be built (no C++ compiler, no ninja), the packed forward keeps attending through SDPA, lane by
+lane, and says so.
 """
 
 import hashlib
 import logging
-import os
 import platform
 from functools import cache
 from pathlib import Path
@@ -18,7 +18,7 @@ import torch
 logger = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).parent / "csrc" / "lane_attention.cpp"
-BUILD_ROOT = Path(os.environ.get("CHATBOT_KERNEL_DIR", Path.home() / ".cache" / "llma-helpdesk" / "kernels"))
+BUILD_ROOT = Path.home() / ".cache" / "llma-helpdesk" / "kernels"
 
 
 @cache
@@ -29,7 +29,8 @@ def lane_kernel_refusal() -> str | None:
     try:
         from torch.utils.cpp_extension import load
 
-        digest = hashlib.sha256(SOURCE.read_bytes() + torch.__version__.encode() + platform.machine().encode())
+        # -march=native: a build is this CPU's, so the CPU's flags are part of its name
+        digest = hashlib.sha256(SOURCE.read_bytes() + torch.__version__.encode() + _cpu_flags().encode())
         folder = BUILD_ROOT / digest.hexdigest()[:16]
         folder.mkdir(parents=True, exist_ok=True)
         load(name="llma_lane_attention", sources=[str(SOURCE)], build_directory=str(folder),
@@ -39,3 +40,11 @@ def lane_kernel_refusal() -> str | None:
         logger.warning("lane attention kernel not built (%s); decode steps attend through SDPA", exc)
         return f"not built: {exc}"
     return None
+
+
+def _cpu_flags() -> str:
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return platform.machine()
+    return next((line for line in lines if line.startswith(("flags", "Features"))), platform.machine())
