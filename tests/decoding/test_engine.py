@@ -41,7 +41,8 @@ def test_a_fixed_width_on_a_packable_model_runs_the_packed_forward():
     engine = build_engine(make_tiny_llama(), tokenizer=None, model_id="tiny", width=StepWidth.parse(4))
     assert isinstance(engine.model, PackedLlama)
     assert engine.forward == "packed" and engine.step_width == 4
-    assert "packed forward, 4-wide decode steps" in engine.describe()
+    attention = ", lane-kernel attention" if engine.attention == "kernel" else ""
+    assert f"packed forward{attention}, 4-wide decode steps" in engine.describe()
     assert engine.steps(100, 20).width == 4
 
 
@@ -80,7 +81,8 @@ def test_the_weight_format_is_asked_of_the_chooser_only_for_auto_and_named_in_th
     engine = build_engine(model, None, "tiny", StepWidth.parse(4), weights="auto",
                           choose_format=lambda m: asked.append(m) or "int4")
     assert len(asked) == 1 and engine.weights == "int4" and engine.model.weights == "int4"
-    assert "packed forward, int4 weights (dense prefill), 4-wide decode steps" in engine.describe()
+    attention = ", lane-kernel attention" if engine.attention == "kernel" else ""
+    assert f"packed forward, int4 weights (dense prefill){attention}, 4-wide decode steps" in engine.describe()
     dense = build_engine(model, None, "tiny", StepWidth.parse(4), choose_format=lambda m: asked.append(m))
     assert len(asked) == 1 and dense.weights == "dense" and "weights" not in dense.describe()
 
