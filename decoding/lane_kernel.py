@@ -9,6 +9,7 @@ lane, and says so.
 
 import hashlib
 import logging
+import os
 import platform
 from functools import cache
 from pathlib import Path
@@ -29,6 +30,8 @@ def lane_kernel_refusal() -> str | None:
     try:
         from torch.utils.cpp_extension import load
 
+        _put_ninja_on_path()
+
         # -march=native: a build is this CPU's, so the CPU's flags are part of its name
         digest = hashlib.sha256(SOURCE.read_bytes() + torch.__version__.encode() + _cpu_flags().encode())
         folder = BUILD_ROOT / digest.hexdigest()[:16]
@@ -48,3 +51,14 @@ def _cpu_flags() -> str:
     except OSError:
         return platform.machine()
     return next((line for line in lines if line.startswith(("flags", "Features"))), platform.machine())
+
+
+def _put_ninja_on_path() -> None:
+    """torch's extension loader runs `ninja` from PATH; the one requirements.txt installs lies in the virtual
+    environment, which is not on PATH when make runs its python by path."""
+    try:
+        import ninja
+    except ImportError:  # a system ninja may still be there
+        return
+    if ninja.BIN_DIR not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = os.pathsep.join([ninja.BIN_DIR, os.environ.get("PATH", "")])
