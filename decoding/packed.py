@@ -135,19 +135,21 @@ class DecoderLayers(torch.nn.Module):
         """x (sum of sizes, hidden) through every layer; lane j's rows are the j-th `sizes` rows of x.
         `copy_keys`: attention reads a contiguous copy of the keys, not a view whose stride is the cache's size.
         `prompt`: a prefill (always SDPA); the lane kernel reads the whole rotary tables, SDPA the lanes' rows."""
-        hidden = [x.shape[-1]]
         for i in range(len(self.qkv)):
-            h = F.rms_norm(x, hidden, self.input_norm[i], self.eps)
+            h = self.norm(x, self.input_norm[i], prompt)
             qkv = product(self.kernel, h, self.qkv[i], self.qkv_scales[i], self.qkv_bias[i])
             rows = self.attend_lanes(
                 i, qkv, sizes, starts, key_lens, keys, values, cos, sin, masks, copy_keys, cos_table, sin_table, prompt
             )
             x = x + product(self.kernel, rows, self.o[i], self.o_scales[i], self.o_bias[i])
-            h = F.rms_norm(x, hidden, self.post_norm[i], self.eps)
+            h = self.norm(x, self.post_norm[i], prompt)
             gate_up = product(self.kernel, h, self.gate_up[i], self.gate_up_scales[i], None)
             gated = F.silu(gate_up[:, : self.intermediate]) * gate_up[:, self.intermediate :]
             x = x + product(self.kernel, gated, self.down[i], self.down_scales[i], None)
         return x
+
+    def norm(self, x: torch.Tensor, weight: torch.Tensor, prompt: bool) -> torch.Tensor:
+        return F.rms_norm(x, [x.shape[-1]], weight, self.eps)
 
     def attend_lanes(
         self, i: int, qkv: torch.Tensor, sizes: list[int], starts: list[int], key_lens: list[int],
@@ -204,7 +206,13 @@ class DecoderLayers(torch.nn.Module):
 
 class KernelDecoderLayers(DecoderLayers):
     """DecoderLayers whose decode steps attend through the lane kernel: one call per layer for every lane
-    (decoding/csrc/lane_attention.cpp), each row's bits its own whatever its company; prefills keep SDPA."""
+    (decoding/csrc/lane_attention.cpp), each row's bits its own whatever its company, and normalize each row in
+    one pass; prefills keep SDPA and F.rms_norm."""
+
+    def norm(self, x: torch.Tensor, weight: torch.Tensor, prompt: bool) -> torch.Tensor:
+        if prompt:
+            return F.rms_norm(x, [x.shape[-1]], weight, self.eps)
+        return torch.ops.llma.rms_norm(x, weight, self.eps)
 
     def attend_lanes(
         self, i: int, qkv: torch.Tensor, sizes: list[int], starts: list[int], key_lens: list[int],
@@ -363,7 +371,11 @@ class PackedLlama:
         )  # (sum T_i, hidden)
         if last_only:
             x, sizes = x[torch.tensor(sizes).cumsum(0) - 1], [1] * len(lanes)
-        logits = self.head(F.rms_norm(x, x.shape[-1:], self.norm, self.eps))
+        if by_kernel:
+            normed = torch.ops.llma.rms_norm(x.contiguous(), self.norm, self.eps)
+        else:
+            normed = F.rms_norm(x, x.shape[-1:], self.norm, self.eps)
+        logits = self.head(normed)
         return list(logits.split(sizes))
 
     # --- one layer --------------------------------------------------------------------------------

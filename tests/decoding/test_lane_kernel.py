@@ -123,3 +123,15 @@ def test_packed_steps_through_the_kernel_match_steps_through_sdpa(arch):
         results.append((prefill, step))
     assert torch.equal(results[0][0], results[1][0])
     assert torch.allclose(results[0][1], results[1][1], atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_the_kernel_s_rms_norm_is_f_rms_norm_and_each_row_its_own(dtype):
+    gen = torch.Generator().manual_seed(4)
+    x = (torch.randn(13, 576, generator=gen) * 3).to(dtype)
+    weight = torch.randn(576, generator=gen).to(dtype)
+    got = torch.ops.llma.rms_norm(x, weight, 1e-5)
+    expected = torch.nn.functional.rms_norm(x.double(), [576], weight.double(), 1e-5)
+    assert torch.allclose(got.double(), expected, rtol=1e-2 if dtype == torch.bfloat16 else 1e-5, atol=1e-5)
+    alone = torch.cat([torch.ops.llma.rms_norm(x[r : r + 1].contiguous(), weight, 1e-5) for r in range(13)])
+    assert torch.equal(alone, got)  # 13 rows run on threads, one row alone does not
