@@ -134,7 +134,8 @@ class DecoderLayers(torch.nn.Module):
     ) -> torch.Tensor:
         """x (sum of sizes, hidden) through every layer; lane j's rows are the j-th `sizes` rows of x.
         `copy_keys`: attention reads a contiguous copy of the keys, not a view whose stride is the cache's size.
-        `prompt`: a prefill (always SDPA); the lane kernel reads the whole rotary tables, SDPA the lanes' rows."""
+        `prompt`: SDPA and F.rms_norm (a prefill, or a packing without the lane kernel), which read the lanes' own
+        rotary rows and masks; else the lane kernel, which reads the whole rotary tables."""
         for i in range(len(self.qkv)):
             h = self.norm(x, self.input_norm[i], prompt)
             qkv = product(self.kernel, h, self.qkv[i], self.qkv_scales[i], self.qkv_bias[i])
