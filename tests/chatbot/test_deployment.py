@@ -14,6 +14,7 @@ from chatbot import Accounts, AdminService, ChatService, ChatSettings, Seed
 from chatbot.service import open_cache
 from chatbot.stats import ReplyStats
 from decoding import AUTO, ONE_TOKEN, CostCurve, Engine, PackedLlama, StepWidth, build_engine
+from decoding.lane_kernel import lane_kernel_refusal
 from decoding.model_loading import DEFAULT_MODEL_DIR
 from tests.conftest import make_tiny_llama
 
@@ -109,6 +110,28 @@ def test_a_reply_prefilled_in_its_own_int_format_verifies_after_prefills_went_de
     service = ChatService.open(engine, tmp_path, settings=settings, seed=Seed(), cost=CURVE)
     after = service.ask("Can I change the email address of my account?", session_id="another")
     assert after.stats.prefill_weights == "dense" and not after.stats.exact_hit
+    assert service.verify(before.id).identical and service.verify(after.id).identical
+
+
+def test_a_reply_that_attended_through_sdpa_verifies_after_steps_moved_to_the_lane_kernel(tmp_path: Path, tokenizer):
+    """Replies from before the lane kernel (stats without attention) attended through SDPA: Verify packs that
+    forward for them, and the kernel's for new replies."""
+    if lane_kernel_refusal() is not None:
+        pytest.skip(lane_kernel_refusal())
+    model = make_tiny_llama(vocab_size=len(tokenizer), seed=3).to(torch.bfloat16)
+    settings = ChatSettings(max_new_tokens=12)
+    older = Engine(PackedLlama(model, weights="int4", lane_kernel=False), tokenizer, "tiny", 4)
+    service = ChatService.open(older, tmp_path, settings=settings, seed=Seed(), cost=CURVE)
+    before = service.ask("How do I reset my password?")
+    stored_before = {k: v for k, v in before.stats.to_json().items() if k != "attention"}
+    assert ReplyStats.from_json(stored_before).attention == "sdpa"  # as replies stored before it
+    engine = build_engine(model, tokenizer, "tiny", StepWidth.parse(4), weights="int4")
+    assert engine.attention == "kernel"
+    service = ChatService.open(engine, tmp_path, settings=settings, seed=Seed(), cost=CURVE)
+    after = service.ask("Can I change the email address of my account?", session_id="another")
+    assert after.stats.attention == "kernel" and not after.stats.exact_hit
+    # the forward each reply reruns on (tokens of a 12-token reply may agree either way)
+    assert not service._model_for(before.stats).lane_kernel and service._model_for(after.stats).lane_kernel
     assert service.verify(before.id).identical and service.verify(after.id).identical
 
 
