@@ -20,6 +20,7 @@ EVIL_ANSWER = (
     '[click me](javascript:window.__xss="link")'
 )
 EVIL_QUESTION = '<img src=x onerror="window.__xss = 1"> Can I print from Nimbus Drive? [x](javascript:window.__xss=2)'
+LONG_CONTEXT = "Some context: I print invoices, photos and shared documents from the desktop app every day. " * 40
 NOTHING_RAN = """() => ({
     xss: window.__xss === undefined ? null : String(window.__xss),
     scripts: document.querySelectorAll('#chat script, #details script, #cache-table script').length,
@@ -85,7 +86,9 @@ def test_thumbs_and_reason_are_stored_with_the_reply(chat_page, admin_client):
 
 def test_stop_keeps_nothing_and_hostile_question_stays_text(browser, server, admin_client):
     page = new_page(browser, f"{server.url}/")
-    ask(page, EVIL_QUESTION)
+    # A long question, so the click lands while its prompt is still being prefilled: a short reply can now
+    # finish before the Stop button is clicked (the page then rightly stops nothing).
+    ask(page, EVIL_QUESTION + " " + LONG_CONTEXT)
     page.locator("#stop").click()
     page.get_by_text("Stopped: this reply was not saved").wait_for(timeout=30_000)
     assert page.locator("#question textarea").is_enabled()
