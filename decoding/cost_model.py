@@ -235,7 +235,7 @@ def weight_formats(model: torch.nn.Module) -> list[str]:
     allowed = [f for f in WEIGHT_FORMATS if format_refusal(f, model.dtype, model.device) is None]
     products = [m.weight for m in model.model.layers[0].modules() if isinstance(m, torch.nn.Linear)]
     if any(int4_refusal(w) for w in (*products, model.lm_head.weight)):
-        allowed = [f for f in allowed if f != "int4"]
+        allowed = [f for f in allowed if f not in ("int4", "q4")]
     return allowed
 
 

@@ -1,4 +1,5 @@
-"""Builds and loads the lane attention kernel (decoding/csrc/lane_attention.cpp) once per machine.
+"""Builds and loads the lane library once per machine: the lane attention kernel and RMS norm
+(decoding/csrc/lane_attention.cpp) and the q4 weight product (decoding/csrc/q4_product.cpp).
 
 The kernel is compiled for the machine's own CPU (-march=native: AVX-512 where it has it) into a folder under
 ~/.cache named after the source, torch's version and the CPU's flags, so an edited source, another torch or
@@ -18,7 +19,7 @@ import torch
 
 logger = logging.getLogger(__name__)
 
-SOURCE = Path(__file__).parent / "csrc" / "lane_attention.cpp"
+SOURCES = [Path(__file__).parent / "csrc" / name for name in ("lane_attention.cpp", "q4_product.cpp")]
 BUILD_ROOT = Path.home() / ".cache" / "llma-helpdesk" / "kernels"
 
 
@@ -33,10 +34,11 @@ def lane_kernel_refusal() -> str | None:
         _put_ninja_on_path()
 
         # -march=native: a build is this CPU's, so the CPU's flags are part of its name
-        digest = hashlib.sha256(SOURCE.read_bytes() + torch.__version__.encode() + _cpu_flags().encode())
+        sources = b"".join(source.read_bytes() for source in SOURCES)
+        digest = hashlib.sha256(sources + torch.__version__.encode() + _cpu_flags().encode())
         folder = BUILD_ROOT / digest.hexdigest()[:16]
         folder.mkdir(parents=True, exist_ok=True)
-        load(name="llma_lane_attention", sources=[str(SOURCE)], build_directory=str(folder),
+        load(name="llma_lane_attention", sources=[str(source) for source in SOURCES], build_directory=str(folder),
              extra_cflags=["-O3", "-march=native", "-fopenmp"], extra_ldflags=["-fopenmp"],
              is_python_module=False, verbose=False)
     except Exception as exc:  # no compiler, no ninja, a failed build: SDPA it is

@@ -138,16 +138,20 @@ class DecoderLayers(torch.nn.Module):
         rotary rows and masks; else the lane kernel, which reads the whole rotary tables."""
         for i in range(len(self.qkv)):
             h = self.norm(x, self.input_norm[i], prompt)
-            qkv = product(self.kernel, h, self.qkv[i], self.qkv_scales[i], self.qkv_bias[i])
+            qkv = self.linear(h, self.qkv[i], self.qkv_scales[i], self.qkv_bias[i])
             rows = self.attend_lanes(
                 i, qkv, sizes, starts, key_lens, keys, values, cos, sin, masks, copy_keys, cos_table, sin_table, prompt
             )
-            x = x + product(self.kernel, rows, self.o[i], self.o_scales[i], self.o_bias[i])
+            x = x + self.linear(rows, self.o[i], self.o_scales[i], self.o_bias[i])
             h = self.norm(x, self.post_norm[i], prompt)
-            gate_up = product(self.kernel, h, self.gate_up[i], self.gate_up_scales[i], None)
+            gate_up = self.linear(h, self.gate_up[i], self.gate_up_scales[i], None)
             gated = F.silu(gate_up[:, : self.intermediate]) * gate_up[:, self.intermediate :]
-            x = x + product(self.kernel, gated, self.down[i], self.down_scales[i], None)
+            x = x + self.linear(gated, self.down[i], self.down_scales[i], None)
         return x
+
+    def linear(self, x: torch.Tensor, data: torch.Tensor, scales: torch.Tensor,
+               bias: Optional[torch.Tensor]) -> torch.Tensor:  # noqa: UP045
+        return product(self.kernel, x, data, scales, bias)
 
     def norm(self, x: torch.Tensor, weight: torch.Tensor, prompt: bool) -> torch.Tensor:
         return F.rms_norm(x, [x.shape[-1]], weight, self.eps)
@@ -230,6 +234,23 @@ class KernelDecoderLayers(DecoderLayers):
         )
 
 
+class Q4DecoderLayers(KernelDecoderLayers):
+    """KernelDecoderLayers whose products run the lane library's q4 kernel (decoding/csrc/q4_product.cpp): a
+    separate class, because TorchScript compiles every call it sees, and the op exists only where it was built."""
+
+    def linear(self, x: torch.Tensor, data: torch.Tensor, scales: torch.Tensor,
+               bias: Optional[torch.Tensor]) -> torch.Tensor:  # noqa: UP045
+        y = torch.ops.llma.q4_linear(x, data, scales)
+        return y if bias is None else y + bias
+
+
+def decoder_class(weights: str, lane_kernel: bool) -> type[DecoderLayers]:
+    """The scripted layers for a packing: q4 products need the lane library, as the lane kernel does."""
+    if weights == "q4":
+        return Q4DecoderLayers
+    return KernelDecoderLayers if lane_kernel else DecoderLayers
+
+
 def packing_refusal(model: torch.nn.Module) -> str | None:
     """Why `model` cannot run on the packed forward, or None when it can."""
     cfg = model.config
@@ -270,9 +291,11 @@ class PackedLlama:
             lane_kernel = model.device.type == "cpu" and lane_kernel_refusal() is None
         elif lane_kernel and (model.device.type != "cpu" or lane_kernel_refusal() is not None):
             raise ValueError(f"no lane kernel here: {lane_kernel_refusal() or 'it runs on a CPU only'}")
+        if weights == "q4" and not lane_kernel:  # one library: its products come with its attention
+            raise ValueError("q4 weights decode through the lane kernel; there is no SDPA packing of them")
         self.lane_kernel = lane_kernel
         self.source = model
-        self.weights = weights  # "dense", "int8" or "int4" (decoding/weights.py)
+        self.weights = weights  # "dense", "int8", "int4" or "q4" (decoding/weights.py)
         # Prefills run dense whatever the steps' format: the int kernels are made for a few rows, and a prompt of
         # hundreds cost them twice what it costs dense (512 tokens, AMD EPYC: int4 0.88 s, int8 1.03 s, dense
         # 0.45 s). Greedy and LLMA share the prefill, so replies stay identical; "as the steps" is kept for Verify
@@ -292,7 +315,7 @@ class PackedLlama:
         layer_windows = [_window(cfg, i) for i in range(self.n_layers)]
         self.windows = list(dict.fromkeys(layer_windows))  # the attention kinds: sliding windows, None for full
         mask_kind = [self.windows.index(window) for window in layer_windows]
-        self.decoder = _scripted((KernelDecoderLayers if lane_kernel else DecoderLayers)(self, inner.layers, mask_kind))
+        self.decoder = _scripted(decoder_class(weights, lane_kernel)(self, inner.layers, mask_kind))
         self.embed = inner.embed_tokens.weight.detach()
         self.norm = inner.norm.weight.detach()
         self._rotary = inner.rotary_emb
@@ -300,13 +323,14 @@ class PackedLlama:
         self._prefiller = (
             self if self.prefill_weights == weights
             # keeps no chunks itself, and only prefills (SDPA)
-            else PackedLlama(model, width_hint, self.prefill_weights, prefix_cache_bytes=0, lane_kernel=False)
+            else PackedLlama(model, width_hint, self.prefill_weights, prefix_cache_bytes=0,
+                             lane_kernel=self.prefill_weights == "q4")
         )
-        # Under int4 the head stays in the model's dtype (the bundled GGUF stores it, the tied embedding, as Q8_0,
-        # which bf16 holds nearly as is): the int8 kernel's cost grows with every row and the dense one's barely
-        # (16 rows: 12.2 against 3.4 ms; 1 row: 2.05 against 2.19 ms; AMD EPYC, 2 threads), and a shared forward
-        # of many replies' rows pays it in full. It is the dense prefiller's head, held once.
-        if weights == "int4":
+        # Under int4 and q4 the head stays in the model's dtype (the bundled GGUF stores it, the tied embedding,
+        # as Q8_0, which bf16 holds nearly as is): the int8 kernel's cost grows with every row and the dense
+        # one's barely (16 rows: 12.2 against 3.4 ms; 1 row: 2.05 against 2.19 ms; AMD EPYC, 2 threads), and a
+        # shared forward of many replies' rows pays it in full. It is the dense prefiller's head, held once.
+        if weights in ("int4", "q4"):
             self.head = self._prefiller.head if self._prefiller.weights == "dense" else self.pack_head(model, "dense")
         else:
             self.head = self.pack_head(model, weights)

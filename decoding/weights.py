@@ -5,7 +5,11 @@ bandwidth the step gets. "dense" keeps the model's own dtype (bf16: 2 bytes a we
 oneDNN. "int8" keeps one signed byte a weight and a scale per output channel; "int4" half a byte and a scale
 and an offset per 32 inputs, which is the bundled GGUF's own Q4_1 layout, so its weights come back exactly
 (measured: zero error in fp32). Both run PyTorch's weight-only kernels (the ones gpt-fast and torchao use),
-which widen the weights to bf16 in registers, so activations stay bf16.
+which widen the weights to bf16 in registers, so activations stay bf16. "q4" holds the same 4-bit levels, a
+step and a low per 32 inputs, for the lane library's own product (decoding/csrc/q4_product.cpp): it widens a
+weight once for up to 8 rows, so a forward's rows (drafts, other customers' replies) cost far less than under
+PyTorch's int4 kernel, and one row a little less (the bundled model's products, AMD EPYC, 2 threads: 1/8/32 rows
+3.0/5.3/19.1 ms against 4.1/13.6/41.2). It needs AVX512-BF16 and the built library.
 
 Every format computes a row from that row and the weights alone: the same row gives the same bits whichever
 other rows share the product (measured per model at start, decoding/batch_probe.py, and by the invariance
@@ -17,7 +21,9 @@ from typing import Optional, Union
 
 import torch
 
-WEIGHT_FORMATS = ("dense", "int8", "int4")
+from .lane_kernel import lane_kernel_refusal
+
+WEIGHT_FORMATS = ("dense", "int8", "int4", "q4")
 INT4_GROUP = 32  # inputs sharing one scale and offset: Q4_1's block, so the bundled model's weights are exact
 INT4_ROWS = 16  # the int4 kernel packs output channels in sixteens
 _NO_SCALES = torch.empty(0)
@@ -28,18 +34,22 @@ ONEDNN = 0  # the model's dtype, prepacked for oneDNN: reordered once instead of
 PLAIN = 1  # the model's dtype as it is (off the CPU)
 INT8 = 2  # int8 (N, K), a scale per output channel: w = q * scale
 INT4 = 3  # 4 bits packed for the CPU kernel, a scale and an offset per INT4_GROUP inputs: w = (q - 8) * d + z
+Q4 = 4  # 4 bits for the lane library's product, a step and a low per INT4_GROUP inputs: w = q * step + low
 
 
 @dataclass(frozen=True)
 class Weight:
     """One weight (N, K) held for `kernel`: `data`, and for the int kernels its `scales` in the activations' dtype
-    ((N,) for int8; (K / group, N, 2) scales and offsets for int4; empty for the dense kernels)."""
+    ((N,) for int8; (K / group, N, 2) scales and offsets for int4; (N / 16, K / group, 2, 16) steps and lows for
+    q4; empty for the dense kernels)."""
 
     kernel: int
     data: torch.Tensor
     scales: torch.Tensor
 
     def __call__(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        if self.kernel == Q4:
+            return q4_product(x, self.data, self.scales, bias)
         return product(self.kernel, x, self.data, self.scales, bias)
 
 
@@ -59,6 +69,24 @@ def product(kernel: int, x: torch.Tensor, data: torch.Tensor, scales: torch.Tens
     return y if bias is None else y + bias
 
 
+def q4_product(x: torch.Tensor, levels: torch.Tensor, scales: torch.Tensor,
+               bias: Optional[torch.Tensor]) -> torch.Tensor:  # noqa: UP045 (TorchScript reads Optional)
+    """x @ w.T (+ bias) on the lane library's q4 product (only where q4_refusal() is None: the op must exist)."""
+    y = torch.ops.llma.q4_linear(x.reshape(-1, x.shape[-1]), levels, scales)
+    y = y.view(x.shape[:-1] + y.shape[-1:])
+    return y if bias is None else y + bias
+
+
+def q4_refusal() -> str | None:
+    """Why this machine cannot run q4 weights, or None: the lane library must be built, on a CPU with AVX512-BF16."""
+    refusal = lane_kernel_refusal()
+    if refusal is not None:
+        return f"q4 weights run on the lane library, which is {refusal}"
+    if not torch.ops.llma.q4_available():
+        return "q4 weights need a CPU with AVX512-BF16"
+    return None
+
+
 def format_refusal(weights: str, dtype: torch.dtype, device: torch.device) -> str | None:
     """Why the packed forward cannot hold its weights in `weights` for this model, or None when it can."""
     if weights not in WEIGHT_FORMATS:
@@ -69,11 +97,11 @@ def format_refusal(weights: str, dtype: torch.dtype, device: torch.device) -> st
         return f"{weights} weights run on the CPU only"
     if dtype != torch.bfloat16:
         return f"{weights} weights need bfloat16 activations (their kernels are slow in float32)"
-    return None
+    return q4_refusal() if weights == "q4" else None
 
 
 def int4_refusal(weight: torch.Tensor) -> str | None:
-    """Why one (N, K) weight cannot be held in int4, or None."""
+    """Why one (N, K) weight cannot be held in int4 (or q4), or None."""
     n, k = weight.shape
     if k % INT4_GROUP or n % INT4_ROWS:
         return f"a {n}x{k} weight (int4 wants inputs in {INT4_GROUP}s and outputs in {INT4_ROWS}s)"
@@ -87,6 +115,8 @@ def pack_weight(weight: torch.Tensor, weights: str, onednn: bool, width_hint: in
         return int8_weight(weight)
     if weights == "int4":
         return int4_weight(weight)
+    if weights == "q4":
+        return q4_weight(weight)
     if onednn:
         return Weight(ONEDNN, torch.ops.mkldnn._reorder_linear_weight(weight, width_hint), _NO_SCALES)
     return Weight(PLAIN, weight, _NO_SCALES)
@@ -100,19 +130,38 @@ def int8_weight(weight: torch.Tensor) -> Weight:
     return Weight(INT8, q, scales.to(weight.dtype))
 
 
+def int4_levels(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per group of INT4_GROUP inputs its levels 0..15 (N, K), step and low (N, K / group), fp32: the group's
+    minimum is level 0, its maximum level 15 (Q4_1's own groups, so the bundled weights land on their levels)."""
+    refusal = int4_refusal(weight)
+    if refusal is not None:
+        raise ValueError(f"cannot hold {refusal} in 4 bits")
+    n, k = weight.shape
+    groups = weight.float().view(n, k // INT4_GROUP, INT4_GROUP)
+    low, high = groups.amin(-1), groups.amax(-1)
+    step = ((high - low) / 15).clamp(min=torch.finfo(torch.float32).tiny)
+    levels = torch.round((groups - low[..., None]) / step[..., None]).clamp(0, 15).to(torch.int32).view(n, k)
+    return levels, step, low
+
+
+def q4_weight(weight: torch.Tensor) -> Weight:
+    """4 bits a weight laid out for q4_product: per tile of 16 output channels and pair of inputs (2p, 2p+1), a
+    byte a channel (2p in the low nibble); per tile and group, 16 steps then 16 lows in bf16."""
+    levels, step, low = int4_levels(weight)
+    n, k = weight.shape
+    pairs = levels.to(torch.uint8).view(n // INT4_ROWS, INT4_ROWS, k // 2, 2)
+    packed = (pairs[..., 0] | (pairs[..., 1] << 4)).transpose(1, 2).contiguous().view(n // INT4_ROWS, -1)
+    scales = torch.stack([step, low], -1).to(torch.bfloat16)  # (N, K / group, 2)
+    scales = scales.view(n // INT4_ROWS, INT4_ROWS, k // INT4_GROUP, 2).permute(0, 2, 3, 1).contiguous()
+    return Weight(Q4, packed, scales)
+
+
 def int4_weight(weight: torch.Tensor) -> Weight:
     """Asymmetric int4 per group of INT4_GROUP inputs: the group's minimum is level 0, its maximum level 15.
 
     Q4_1 stores exactly such groups (an offset at the minimum and a step of (max - min) / 15), so weights read
     from a Q4_1 file land on their own levels again."""
-    refusal = int4_refusal(weight)
-    if refusal is not None:
-        raise ValueError(f"cannot hold {refusal} in int4")
-    n, k = weight.shape
-    groups = weight.float().view(n, k // INT4_GROUP, INT4_GROUP)
-    low, high = groups.amin(-1), groups.amax(-1)
-    step = ((high - low) / 15).clamp(min=torch.finfo(torch.float32).tiny)  # (N, K / group)
-    q = torch.round((groups - low[..., None]) / step[..., None]).clamp(0, 15).to(torch.int32).view(n, k)
+    q, step, low = int4_levels(weight)
     packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1)
     # The kernel computes (q - 8) * d + z, so the offset z sits at level 8.
     scales_and_zeros = torch.stack([step.t(), (low + 8 * step).t()], -1).to(weight.dtype).contiguous()

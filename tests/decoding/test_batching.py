@@ -33,11 +33,13 @@ from decoding.lane_kernel import lane_kernel_refusal
 from decoding.packed import Lane
 from decoding.scheduler import Scheduler, Sharing, scheduled_llma_stream
 from decoding.threads import in_passing_thread
+from decoding.weights import q4_refusal
 from tests.threads import run_at_once
 
 from .invariance import make_tiny_model
 from .test_bundled_model import QUESTIONS, chat_ids
 from .test_invariance import DTYPES, hostile_references, random_ids
+from .test_packed import NO_Q4
 
 PACKED_ARCHS = ["llama", "mistral", "qwen2"]
 # The app's rule, its end bonus from 24 tokens on so that it matters within 48; 2 is the tiny models' EOS, tokens
@@ -150,10 +152,11 @@ def test_replies_attending_through_sdpa_in_random_mixtures_equal_the_replies_alo
     check_random_mixtures(Scheduler(model, max_slots=8), jobs, alone, rng, rounds=2, fewest=2)
 
 
-@pytest.mark.parametrize("arch", PACKED_ARCHS)
-def test_unpadded_int4_replies_in_random_mixtures_equal_the_replies_alone(arch):
+@pytest.mark.parametrize(("arch", "weights"), [(arch, "int4") for arch in PACKED_ARCHS] + [
+    pytest.param(arch, "q4", marks=NO_Q4) for arch in ("llama", "qwen2")])
+def test_unpadded_int_replies_in_random_mixtures_equal_the_replies_alone(arch, weights):
     """Unpadded steps hand in blocks of 1..W rows, so a shared forward holds any row count."""
-    model = PackedLlama(make_tiny_model(arch, torch.bfloat16, seed=1), weights="int4")
+    model = PackedLlama(make_tiny_model(arch, torch.bfloat16, seed=1), weights=weights)
     assert shared_forward_mismatches(model, 4, max_lanes=6, short_lanes=True) == []
     jobs = [replace(job, steps=replace(job.steps, padded=False)) for job in tiny_jobs("dry", model, seed=len(arch))]
     alone = [fingerprint(decode_alone(model, job)) for job in jobs]
@@ -299,9 +302,10 @@ def test_a_reply_abandoned_midway_frees_its_slot():
 
 @pytest.mark.slow
 def test_bundled_bf16_replies_in_company_equal_the_replies_alone():
-    """The configuration `make run` picks on a bf16 CPU: the bundled model in bf16, packed, 4-wide steps."""
+    """The configuration `make run` picks on a bf16 CPU: the bundled model in bf16, packed, q4 weights where
+    this CPU runs them (else dense), 4-wide steps."""
     model, tokenizer = load_model(dtype=torch.bfloat16)
-    packed, eos = PackedLlama(model), tokenizer.eos_token_id
+    packed, eos = PackedLlama(model, weights="q4" if q4_refusal() is None else "dense"), tokenizer.eos_token_id
     rule = RECOMMENDED_REPETITION_RULE.for_tokenizer(eos, tokenizer)  # the app's rule, grounded numbers included
     options, steps = LlmaOptions(40, eos, repetition=rule), StepConfig(4, cache_len=512)
     prompts = [chat_ids(tokenizer, q) for q in QUESTIONS[:4]]

@@ -27,14 +27,15 @@ from decoding.cost_model import FLAT_TOLERANCE, STEP_WIDTHS, UNPADDED_WIDTH, Cos
 from decoding.engine import StepWidth, needs_padding
 from decoding.forward import open_runner
 from decoding.packed import Lane, PackedRunner
-from decoding.weights import format_refusal, int4_weight
+from decoding.weights import format_refusal, int4_weight, q4_refusal, q4_weight
 
 from .invariance import differing_positions, make_tiny_model
 from .test_invariance import CONTEXT_LEN, DTYPES, WINDOWS, hostile_mismatches, random_ids
 
 PACKED_ARCHS = ["llama", "mistral", "qwen2"]
 STEPS = StepConfig(width=8, cache_len=512)
-INT_FORMATS = ["int8", "int4"]
+NO_Q4 = pytest.mark.skipif(q4_refusal() is not None, reason=f"no q4 here: {q4_refusal()}")
+INT_FORMATS = ["int8", "int4", pytest.param("q4", marks=NO_Q4)]
 
 
 def tiny_packed(arch: str, dtype: torch.dtype, seed: int = 0, weights: str = "dense", **overrides) -> PackedLlama:
@@ -131,7 +132,9 @@ def test_an_engine_runs_short_blocks_unpadded_only_where_the_probe_allows(monkey
 
 
 @torch.inference_mode()
-@pytest.mark.parametrize(("weights", "tolerance"), [("int8", 0.05), ("int4", 0.3)])
+@pytest.mark.parametrize(
+    ("weights", "tolerance"), [("int8", 0.05), ("int4", 0.3), pytest.param("q4", 0.3, marks=NO_Q4)]
+)
 def test_int_weights_compute_nearly_the_dense_logits(weights, tolerance):
     """The same model in fewer bits: logits within what the format's rounding allows, not another model."""
     dense, quantized = tiny_packed("llama", torch.bfloat16), tiny_packed("llama", torch.bfloat16, weights=weights)
@@ -142,16 +145,17 @@ def test_int_weights_compute_nearly_the_dense_logits(weights, tolerance):
 
 
 @torch.inference_mode()
-def test_int4_holds_q4_1_weights_exactly():
+@pytest.mark.parametrize("held_as", [int4_weight, pytest.param(q4_weight, marks=NO_Q4)])
+def test_int4_holds_q4_1_weights_exactly(held_as):
     """Weights on Q4_1's grid (an offset and a step per 32 inputs, 16 levels) come back exactly: the
-    bundled GGUF's layers are such weights, so in int4 they are the shipped model's, not a rounding of them."""
+    bundled GGUF's layers are such weights, so in int4 and q4 they are the shipped model's, not a rounding."""
     torch.manual_seed(0)
     step = 2.0 ** torch.randint(-8, -4, (32, 2, 1)).float()  # powers of two: exact in bf16, as the kernel keeps them
     offset = torch.randint(-64, 0, (32, 2, 1)).float() * step
     levels = torch.randint(0, 16, (32, 2, 32)).float()
     levels[..., 0], levels[..., 1] = 0, 15  # each group spans its whole range, as a Q4_1 quantizer makes it
     weight = (offset + levels * step).view(32, 64).to(torch.bfloat16)
-    held = int4_weight(weight)(torch.eye(64, dtype=torch.bfloat16))  # (inputs, outputs): the weights read back
+    held = held_as(weight)(torch.eye(64, dtype=torch.bfloat16))  # (inputs, outputs): the weights read back
     assert torch.equal(held.t(), weight)
 
 
@@ -306,6 +310,7 @@ def test_the_chosen_weight_format_is_the_one_whose_chosen_step_costs_least(monke
         "dense": {1: 24.6, 2: 26.5, 4: 29.2, 8: 38.0, 16: 60.0},
         "int8": {1: 17.7, 2: 19.7, 4: 22.9, 8: 39.1, 16: 70.0},
         "int4": {1: 12.8, 2: 15.1, 4: 18.7, 8: 30.1, 16: 55.0},
+        "q4": {1: 40.0, 2: 40.0, 4: 40.0, 8: 40.0, 16: 40.0},  # flat but dear here; cheapest below
     }
     widths = {}
 
@@ -316,15 +321,18 @@ def test_the_chosen_weight_format_is_the_one_whose_chosen_step_costs_least(monke
     monkeypatch.setattr(cost_model, "measure_cost_curve", measure)
     model = make_tiny_model("llama", torch.bfloat16)
     assert choose_weights(model) == "int4"
-    assert set(widths) == {"dense", "int8", "int4"}
+    assert set(widths) == {"dense", "int8", "int4"} | ({"q4"} if q4_refusal() is None else set())
     seconds["int4"] = {w: 3 * s for w, s in seconds["int4"].items()}
     assert choose_weights(model) == "int8"  # int8 at W=2 (19.7) now beats int4 at W=2 (45.3) and dense at W=4
     seconds["int8"] = {w: 3 * s for w, s in seconds["int8"].items()}
     assert choose_weights(model) == "dense"
+    if q4_refusal() is None:  # at its widest flat width, 16: 40.0 against dense's 29.2 at 4; and cheaper still
+        seconds["q4"] = {w: s / 2 for w, s in seconds["q4"].items()}
+        assert choose_weights(model) == "q4"
     assert choose_weights(make_tiny_model("llama", torch.float32)) == "dense"  # nothing else runs in float32
 
 
-@pytest.mark.parametrize("weights", ["int8", "int4"])
+@pytest.mark.parametrize("weights", INT_FORMATS)
 def test_int_formats_prefill_dense_and_their_old_packing_prefills_in_its_own_format(weights):
     model = make_tiny_model("llama", torch.bfloat16, seed=4)
     ids = torch.tensor(random_ids(seed=5, n=40))

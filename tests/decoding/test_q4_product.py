@@ -1,0 +1,66 @@
+"""The q4 product (decoding/csrc/q4_product.cpp): x @ w.T for 4-bit weights, each row's bits its own.
+
+A row's product must not change with how many rows share the call (the kernel takes rows in blocks of up to 8,
+so company moves a row between blocks and block sizes), with their order, or with the threads, and it must be
+the product of the weights q4 holds (levels, a step and a low per 32 inputs) to within fp32 sums and the bf16
+result's rounding. Whole replies in q4, alone and in random company, are compared in test_batching.py and
+test_packed.py.
+"""
+
+import random
+
+import pytest
+import torch
+
+from decoding.weights import int4_levels, q4_refusal, q4_weight
+
+pytestmark = pytest.mark.skipif(q4_refusal() is not None, reason=f"{q4_refusal()}")
+
+
+def held_weights(weight: torch.Tensor) -> torch.Tensor:
+    """The weights q4 holds for `weight`, in float64: levels times the bf16 step plus the bf16 low."""
+    levels, step, low = int4_levels(weight)
+    n, k = weight.shape
+    step, low = step.to(torch.bfloat16).double(), low.to(torch.bfloat16).double()
+    return (levels.double().view(n, k // 32, 32) * step[..., None] + low[..., None]).view(n, k)
+
+
+@torch.inference_mode()
+@pytest.mark.parametrize(("n", "k"), [(16, 32), (48, 96), (576, 1536)])
+def test_q4_computes_the_product_of_the_weights_it_holds(n, k):
+    torch.manual_seed(n + k)
+    weight = (torch.randn(n, k) * 0.05).to(torch.bfloat16)
+    x = torch.randn(11, k).to(torch.bfloat16)
+    exact = x.double() @ held_weights(weight).t()
+    got = q4_weight(weight)(x).double()
+    # fp32 sums over k inputs, then the bf16 result: half a bf16 step of the result, plus the sums' own rounding
+    largest = x.double().abs().sum(1, keepdim=True) * held_weights(weight).abs().max()
+    allowed = exact.abs() * 2.0**-8 + largest * 2.0**-20
+    assert ((got - exact).abs() <= allowed).all()
+
+
+@torch.inference_mode()
+def test_a_row_s_product_is_the_same_alone_in_any_company_order_and_threads():
+    rng = random.Random(3)
+    torch.manual_seed(3)
+    weight = q4_weight((torch.randn(96, 128) * 0.05).to(torch.bfloat16))
+    x = torch.randn(40, 128).to(torch.bfloat16)
+    alone = torch.cat([weight(x[i : i + 1]) for i in range(len(x))])
+    for _ in range(20):  # company of 2..40 rows: across the kernel's 8-row blocks, in any order
+        picks = rng.sample(range(len(x)), rng.randint(2, len(x)))
+        assert torch.equal(weight(x[picks]), alone[picks]), picks
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one_thread = weight(x)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(one_thread, alone)
+
+
+def test_q4_refuses_what_it_cannot_hold():
+    with pytest.raises(ValueError, match="inputs in 32s"):
+        q4_weight(torch.zeros(32, 48, dtype=torch.bfloat16))
+    weight = q4_weight(torch.zeros(32, 64, dtype=torch.bfloat16))
+    with pytest.raises(RuntimeError, match="do not fit together"):
+        weight(torch.zeros(2, 32, dtype=torch.bfloat16))
