@@ -18,7 +18,7 @@ import torch
 
 from .batch_probe import short_blocks_keep_their_bits
 from .forward import ModelVerifier, wants_fixed_width
-from .packed import PackedLlama, attention_name, forward_name, weights_name
+from .packed import Lane, PackedLlama, attention_name, forward_name, weights_name
 from .steps import ONE_TOKEN_STEPS, StepConfig
 from .weights import WEIGHT_FORMATS, format_refusal, int4_refusal
 
@@ -241,19 +241,51 @@ def weight_formats(model: torch.nn.Module) -> list[str]:
 
 def choose_weights(model: torch.nn.Module, cache_file: Path | None = None) -> str:
     """The weight format for the packed forward on this machine: the one whose chosen W-wide step
-    (choose_step_width) costs least. A step reads every weight once, so fewer bytes a weight usually wins;
-    but the int kernels widen weights to bf16 row by row, so their cost grows faster with the rows a step
-    holds (measured, Intel Xeon without AMX, 2 threads: int4 1 row 12.8 ms, 2 rows 1.18x, 4 rows 1.46x;
-    bf16 24.6 ms, 1.08x, 1.19x). Measured once per machine and kept in `cache_file`, like the width."""
+    (choose_step_width) plus its share of a busy helpdesk's shared forward (COMPANY) costs least, so that
+    neither a lone customer nor a full house is served by a format made for the other. A step reads every
+    weight once, so fewer bytes a weight usually wins alone; but PyTorch's int kernels widen weights to bf16
+    row by row, so their cost grows faster with the rows a forward holds (measured, Intel Xeon without AMX,
+    2 threads: int4 1 row 12.8 ms, 2 rows 1.18x, 4 rows 1.46x; bf16 24.6 ms, 1.08x, 1.19x), and q4 widens
+    each weight once for 8 rows. Measured once per machine and kept in `cache_file`, like the width."""
     source = model.source if isinstance(model, PackedLlama) else model
     formats = weight_formats(source)
     if len(formats) == 1:
         return formats[0]
-    step_seconds = {}
+    seconds = {}
     for weights in formats:
         packed = PackedLlama(source, weights=weights)
         step = chosen_step(packed, cache_file)
         if step.seconds is None:  # an earlier start kept the width only: time that one width
             step = replace(step, seconds=measure_cost_curve(packed, steps=StepConfig(step.width, 512)).seconds[0])
-        step_seconds[weights] = step.seconds
-    return min(formats, key=step_seconds.__getitem__)
+        lanes, _ = COMPANY
+        seconds[weights] = step.seconds + company_seconds(packed, cache_file) / lanes
+    return min(formats, key=seconds.__getitem__)
+
+
+COMPANY = (8, 2)  # replies x rows each: a full shared forward (DEFAULT_MAX_SLOTS), a greedy step and a draft's row
+
+
+def company_seconds(model: PackedLlama, cache_file: Path | None = None) -> float:
+    """Seconds of one shared decode forward of COMPANY's replies at a 256-token context; kept in `cache_file`."""
+    key = machine_key(model) + "|company-{}x{}-seconds".format(*COMPANY)
+    stored = _read(cache_file)
+    if key in stored:
+        return float(stored[key])
+    seconds = measure_company(model, *COMPANY)
+    _store(cache_file, key, seconds)
+    return seconds
+
+
+@torch.inference_mode()
+def measure_company(model: PackedLlama, lanes: int, rows: int, repeats: int = 5) -> float:
+    """The fastest of `repeats` forwards of `lanes` replies' `rows` rows each, every reply over its own cache."""
+    vocab, context, steps = model.config.vocab_size, 256, StepConfig(rows, 512)
+    batch = [Lane(torch.randint(0, vocab, (rows,)), context, model.new_cache(steps.cache_len), steps.key_len(context))
+             for _ in range(lanes)]
+    model.forward_lanes(batch)  # allocations
+    timings = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        model.forward_lanes(batch)
+        timings.append(time.perf_counter() - start)
+    return min(timings)

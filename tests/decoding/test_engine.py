@@ -92,8 +92,8 @@ def test_int_weights_are_refused_with_the_reason_where_they_cannot_run():
         build_engine(make_tiny_llama(), None, "tiny", StepWidth.parse(4), weights="int4")  # float32
     with pytest.raises(EngineConfigError, match="int8 weights are not possible here.*one-token steps"):
         build_engine(make_tiny_llama().to(torch.bfloat16), None, "tiny", ONE_TOKEN, weights="int8")
-    with pytest.raises(EngineConfigError, match="weights must be one of auto, dense, int8, int4"):
-        build_engine(make_tiny_llama(), None, "tiny", StepWidth.parse(4), weights="q4")
+    with pytest.raises(EngineConfigError, match="weights must be one of auto, dense, int8, int4, q4"):
+        build_engine(make_tiny_llama(), None, "tiny", StepWidth.parse(4), weights="q3")
     # "auto" where nothing but dense can run asks no one and packs dense
     engine = build_engine(make_tiny_llama(), None, "tiny", ONE_TOKEN, weights="auto", choose_format=None)
     assert engine.weights == "dense" and engine.forward == "transformers"

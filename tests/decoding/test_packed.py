@@ -303,14 +303,14 @@ def test_the_step_width_is_measured_once_per_machine_and_kept(tmp_path, monkeypa
 
 
 def test_the_chosen_weight_format_is_the_one_whose_chosen_step_costs_least(monkeypatch):
-    """choose_weights on constructed costs, by format: each format at its own widest flat width, then the
-    cheapest of those steps. The costs are the Intel Xeon's without AMX (docs/benchmark), so int4 at W=2 wins
-    over dense at W=4 although int4's own curve is steeper."""
+    """choose_weights on constructed costs, by format: each format at its own widest flat width, plus its share
+    of a full shared forward, then the cheapest. The step costs are the Intel Xeon's without AMX
+    (docs/benchmark), so int4 at W=2 wins over dense at W=4 although int4's own curve is steeper."""
     seconds = {
         "dense": {1: 24.6, 2: 26.5, 4: 29.2, 8: 38.0, 16: 60.0},
         "int8": {1: 17.7, 2: 19.7, 4: 22.9, 8: 39.1, 16: 70.0},
         "int4": {1: 12.8, 2: 15.1, 4: 18.7, 8: 30.1, 16: 55.0},
-        "q4": {1: 40.0, 2: 40.0, 4: 40.0, 8: 40.0, 16: 40.0},  # flat but dear here; cheapest below
+        "q4": {1: 40.0, 2: 40.0, 4: 40.0, 8: 40.0, 16: 40.0},  # flat but dear alone
     }
     widths = {}
 
@@ -318,7 +318,10 @@ def test_the_chosen_weight_format_is_the_one_whose_chosen_step_costs_least(monke
         widths.setdefault(model.weights, set()).add(steps.width)
         return CostCurve((steps.width,), (seconds[model.weights][steps.width],), step_width=steps.width)
 
+    company = {"dense": 0.0, "int8": 0.0, "int4": 0.0, "q4": 8 * 30.0}  # a full shared forward's seconds
+
     monkeypatch.setattr(cost_model, "measure_cost_curve", measure)
+    monkeypatch.setattr(cost_model, "measure_company", lambda model, lanes, rows: company[model.weights])
     model = make_tiny_model("llama", torch.bfloat16)
     assert choose_weights(model) == "int4"
     assert set(widths) == {"dense", "int8", "int4"} | ({"q4"} if q4_refusal() is None else set())
@@ -326,8 +329,10 @@ def test_the_chosen_weight_format_is_the_one_whose_chosen_step_costs_least(monke
     assert choose_weights(model) == "int8"  # int8 at W=2 (19.7) now beats int4 at W=2 (45.3) and dense at W=4
     seconds["int8"] = {w: 3 * s for w, s in seconds["int8"].items()}
     assert choose_weights(model) == "dense"
-    if q4_refusal() is None:  # at its widest flat width, 16: 40.0 against dense's 29.2 at 4; and cheaper still
-        seconds["q4"] = {w: s / 2 for w, s in seconds["q4"].items()}
+    company["dense"] = 8 * 40.0  # a busy helpdesk's forward weighs in: dense 29.2 + 40.0 against int4's 45.3
+    assert choose_weights(model) == "int4"
+    if q4_refusal() is None:  # 40.0 alone at its widest flat width, 16, plus its share of a full forward
+        company["q4"] = 8 * 2.0
         assert choose_weights(model) == "q4"
     assert choose_weights(make_tiny_model("llama", torch.float32)) == "dense"  # nothing else runs in float32
 
