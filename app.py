@@ -50,7 +50,8 @@ class Settings(BaseSettings):
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"  # auto: bfloat16 where the CPU or GPU has bf16 kernels
     # auto: measured by the deployment's first start and kept in its database; 0: one-token steps; W
     step_width: str = "auto"
-    # auto: the weight format (dense, int8, int4) measured cheapest by the first start, kept in the database
+    # auto: the weight format (dense, int8, int4, q4) measured cheapest by the first start (alone and in a full
+    # shared forward), kept in the database
     weights: str = "auto"
     max_new_tokens: int = ChatSettings.max_new_tokens
     max_concurrent_replies: int = ChatSettings.max_concurrent_replies  # replies sharing one packed forward

@@ -1,6 +1,7 @@
 """Many customers at once: N customers ask distinct questions at the same moment, through the real chat service.
 
-    python -m bench.concurrency [--customers 1,2,4,8] [--max-new-tokens 256] [--out results/concurrency]
+    python -m bench.concurrency [--customers 1,2,4,8] [--max-new-tokens 256] [--questions-each 1]
+                                [--out results/concurrency]
 
 Each N runs three times on fresh installs (the shipped articles and approved answers): **one after another**,
 the N questions asked one at a time (one customer at a time: the baseline), **taking turns**, asked at once and
@@ -9,6 +10,8 @@ decoded a forward at a time as the service did before continuous batching (`max_
 asking at once asks in its own thread, as the web app's workers ask them. Reported per N and mode: replies per
 minute, reply tokens per second and its ratio to one after another, median and p95 latency (from the moment all
 ask to each one's complete reply) and the share of replies identical to the same question's reply taking turns.
+`--questions-each K`: each customer asks K questions in a row, the next once its reply arrived, so N customers
+keep the helpdesk busy instead of asking one burst (a later reply's latency runs from its own asking).
 """
 
 import argparse
@@ -69,23 +72,28 @@ def distinct_questions(n: int) -> list[str]:
     return [q.question for q in round_robin([[g[0]] for g in groups])][:n]
 
 
-def ask_at_once(service: ChatService, questions: list[str]) -> tuple[float, list[Answered]]:
-    """Every question in its own thread, released together; each reply's latency from that moment."""
-    start = threading.Barrier(len(questions) + 1)
+def ask_at_once(service: ChatService, questions: list[str], each: int = 1) -> tuple[float, list[Answered]]:
+    """Every customer in its own thread, released together, asking `each` of the questions in a row (the next once
+    its reply arrived; customer c asks questions c*each..); each reply's latency from its own asking (the first
+    from the moment all were released)."""
+    customers = len(questions) // each
+    start = threading.Barrier(customers + 1)
     answered: list[Answered | BaseException | None] = [None] * len(questions)
 
-    def ask(i: int) -> None:
+    def ask(customer: int) -> None:
         start.wait()
-        began = time.perf_counter()
-        try:
-            reply = service.ask(questions[i], session_id=f"customer-{i}")
-            stored = service.cache.get_reply(reply.id)
-            answered[i] = Answered(questions[i], list(stored.token_ids), time.perf_counter() - began,
-                                   reply.stats.shared_with)
-        except BaseException as error:  # raised below, in the caller's thread
-            answered[i] = error
+        for i in range(customer * each, (customer + 1) * each):
+            began = time.perf_counter()
+            try:
+                reply = service.ask(questions[i], session_id=f"customer-{customer}")
+                stored = service.cache.get_reply(reply.id)
+                answered[i] = Answered(questions[i], list(stored.token_ids), time.perf_counter() - began,
+                                       reply.stats.shared_with)
+            except BaseException as error:  # raised below, in the caller's thread
+                answered[i] = error
+                return
 
-    threads = [threading.Thread(target=ask, args=(i,), daemon=True) for i in range(len(questions))]
+    threads = [threading.Thread(target=ask, args=(c,), daemon=True) for c in range(customers)]
     for thread in threads:
         thread.start()
     start.wait()
@@ -99,20 +107,22 @@ def ask_at_once(service: ChatService, questions: list[str]) -> tuple[float, list
     return seconds, answered
 
 
-def ask_in_turn(service: ChatService, questions: list[str]) -> tuple[float, list[Answered]]:
-    """One question at a time, each once the reply before it ended; each reply's latency from the first asking."""
+def ask_in_turn(service: ChatService, questions: list[str], each: int = 1) -> tuple[float, list[Answered]]:
+    """One question at a time, each once the reply before it ended; each customer's first reply's latency from the
+    first asking (the customers all asked then, one being served at a time), later ones' from their own."""
     began, answered = time.perf_counter(), []
     for i, question in enumerate(questions):
-        reply = service.ask(question, session_id=f"customer-{i}")
+        asked = began if i % each == 0 else time.perf_counter()
+        reply = service.ask(question, session_id=f"customer-{i // each}")
         stored = service.cache.get_reply(reply.id)
-        answered.append(Answered(question, list(stored.token_ids), time.perf_counter() - began,
+        answered.append(Answered(question, list(stored.token_ids), time.perf_counter() - asked,
                                  reply.stats.shared_with))
     return time.perf_counter() - began, answered
 
 
 def run_round(
     engine, customers: int, mode: str, questions: list[str], settings: ChatSettings, threads: int,
-    warmed: "OrderedDict | None" = None,
+    warmed: "OrderedDict | None" = None, each: int = 1,
 ) -> Round:
     """A fresh install answering `questions` at once in `mode`, started as app.py starts it: the scheduler's thread
     alone computes on `threads` cores (decoding/threads.py), and the prefix cache holds what the start-up warm-up
@@ -127,7 +137,7 @@ def run_round(
             service = in_passing_thread(lambda: started(engine, cache, data_dir, settings, warmed))
             torch.set_num_threads(1 if service.scheduler is not None else threads)  # the customers' threads
             ask = ask_in_turn if mode == ONE_AT_A_TIME else ask_at_once
-            seconds, answered = ask(service, questions)
+            seconds, answered = ask(service, questions, each)
         finally:
             if service is not None and service.scheduler is not None:
                 service.scheduler.close()
@@ -202,6 +212,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("results/concurrency"))
     parser.add_argument("--weights", choices=WEIGHTS_SETTINGS, default="auto",
                         help="the packed forward's weight format (auto: as make run picks)")
+    parser.add_argument("--questions-each", type=int, default=1,
+                        help="questions each customer asks in a row, the next once its reply arrived (1: a burst "
+                             "of N questions; more: N customers keep the helpdesk busy)")
     parser.add_argument("--cold", action="store_true",
                         help="no prompt warm-up at start: each prompt prefilled whole (CHATBOT_WARM_PREFIXES=false)")
     args = parser.parse_args()
@@ -211,19 +224,27 @@ def main() -> None:
         parser.error("--customers: comma-separated whole numbers, e.g. 1,2,4,8")
     if any(n < 1 for n in counts):
         parser.error("--customers: each count must be at least 1")
+    each = args.questions_each
+    if each < 1:
+        parser.error("--questions-each must be at least 1")
     torch.set_num_threads(args.threads)
     engine = in_passing_thread(lambda: app_engine(args.weights))
     print(f"Engine: {engine.describe()}", flush=True)
     settings = ChatSettings(max_new_tokens=args.max_new_tokens, warm_prefixes=not args.cold)
     warmed = OrderedDict() if not args.cold else None
-    pool = distinct_questions(max(counts) * 2)
+    pool = distinct_questions(max(counts) * each * 2)
+    if len(pool) < max(counts) * each:
+        parser.error(f"the shipped data holds {len(pool)} distinct questions, fewer than customers x questions each")
     rounds = []
     for i, n in enumerate(counts):
-        questions = pool[:n] if i % 2 == 0 else pool[-n:]  # another set each round; every mode asks the same
-        rounds += [run_round(engine, n, mode, questions, settings, args.threads, warmed) for mode in MODES]
+        asked = n * each  # another set each round; every mode asks the same
+        questions = pool[:asked] if i % 2 == 0 else pool[-asked:]
+        rounds += [run_round(engine, n, mode, questions, settings, args.threads, warmed, each) for mode in MODES]
     warm_up = "each prompt prefilled whole (--cold)" if args.cold else (
         "the help centre's prompt beginnings prefilled at start, as `make run` does (CHATBOT_WARM_PREFIXES)")
-    body = (f"{table(rounds)}\n\nReplies of at most {args.max_new_tokens} tokens; {warm_up}. "
+    asking = "each customer asks one question" if each == 1 else (
+        f"each customer asks {each} questions in a row, the next once its reply arrived")
+    body = (f"{table(rounds)}\n\nReplies of at most {args.max_new_tokens} tokens; {asking}; {warm_up}. "
             "![throughput and p95 latency](concurrency.png)")
     print(write_side_run(args.out, "Many customers at once", engine.describe(), body, "report.md", "rounds.json",
                          [asdict(r) for r in rounds]))

@@ -51,7 +51,7 @@ class ReplyStats:
     cache_len: int | None = None  # the preallocated KV cache of W-wide steps
     padded_steps: bool = True  # short blocks padded to W (False: unpadded, measured to keep every row's bits)
     forward: str = "transformers"  # "packed" (decoding/packed.py) or transformers' (every reply before it)
-    weights: str = "dense"  # the packed forward's weight format: "dense" (the dtype; every reply before it), int8, int4
+    weights: str = "dense"  # the packed forward's weight format: "dense" (the dtype; replies before it), int8, int4, q4
     prefill_weights: str = ""  # the format its prompt was prefilled in; "": the same as `weights` (replies before it)
     attention: str = "sdpa"  # how its decode steps attended: "kernel" (decoding/csrc) or "sdpa" (replies before it)
     shared_with: float = 0.0  # other replies in each of its decode forwards, on average (0: it decoded alone)

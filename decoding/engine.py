@@ -83,7 +83,7 @@ class Engine:
 
     @property
     def weights(self) -> str:
-        """"dense" (the model's dtype), "int8" or "int4": how the packed forward holds its weights."""
+        """"dense" (the model's dtype), "int8", "int4" or "q4": how the packed forward holds its weights."""
         return weights_name(self.model)
 
     @property

@@ -487,7 +487,7 @@ def forward_name(model) -> str:
 
 
 def weights_name(model) -> str:
-    """How the forward holds its weights: "int8" or "int4" (packed only), else "dense" (the model's dtype)."""
+    """How the forward holds its weights: "int8", "int4" or "q4" (packed only), else "dense" (the model's dtype)."""
     return model.weights if isinstance(model, PackedLlama) else "dense"
 
 

@@ -18,6 +18,7 @@ import httpx
 
 from cache.embedder import MODEL_NAME as EMBEDDING_BUNDLED
 from decoding.hardware import cpu_features
+from decoding.weights import q4_refusal
 from tests.threads import TEST_THREADS
 
 REPO = Path(__file__).resolve().parents[2]
@@ -56,6 +57,13 @@ class App:
             return False
 
 
+def likely_auto_weights() -> str:
+    """The weight format `auto` chose on the CPUs seen so far: q4 where it runs (AVX512-BF16 and the lane library
+    built), else int4 where the CPU has bf16 (int formats need bf16 activations), else dense."""
+    if q4_refusal() is None:
+        return "q4"
+    return "int4" if cpu_features().has_bf16 else "dense"
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -71,10 +79,9 @@ def launch(data_dir: Path, log: Path, max_new_tokens: int = 16, **extra_env: str
         "CHATBOT_THREADS": str(TEST_THREADS), "GRADIO_ANALYTICS_ENABLED": "False",
         "GRADIO_TEMP_DIR": str(data_dir.parent / "gradio"), "PYTHONUNBUFFERED": "1",
         # A given width and weight format: measuring them (about 20 s of every start for the three formats) is
-        # tested in tests/chatbot/test_deployment.py and tests/decoding/test_packed.py. int4 is what `auto` chose
-        # on the CPUs with bf16 seen so far; int formats need bf16 activations.
+        # tested in tests/chatbot/test_deployment.py and tests/decoding/test_packed.py.
         "CHATBOT_STEP_WIDTH": "4",
-        "CHATBOT_WEIGHTS": "int4" if cpu_features().has_bf16 else "dense",
+        "CHATBOT_WEIGHTS": likely_auto_weights(),
         # The bundled MiniLM: the default mpnet seeds the help centre in ~30 s a start (tests/chatbot tests it).
         "CHATBOT_EMBEDDING_MODEL": EMBEDDING_BUNDLED,
         # No prompt warm-up: half a minute of both cores after every start, beside the tests (tests/chatbot tests it).

@@ -12,7 +12,7 @@ import httpx
 import pytest
 from webui_helpers import ARTIFACTS, REPO, Server, free_port, server_env
 
-from decoding.hardware import cpu_features
+from tests.reliability.app_process import likely_auto_weights
 
 START_TIMEOUT_S = 180
 
@@ -39,7 +39,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Server:
         GRADIO_ANALYTICS_ENABLED="False",
         # A given width and weight format, as tests/reliability/app_process.py gives: measuring them takes 20-30 s
         # of a start and is tested in tests/chatbot/test_deployment.py and tests/decoding.
-        CHATBOT_STEP_WIDTH="4", CHATBOT_WEIGHTS="int4" if cpu_features().has_bf16 else "dense",
+        CHATBOT_STEP_WIDTH="4", CHATBOT_WEIGHTS=likely_auto_weights(),
     )
     log = root / "server.log"
     with open(log, "w") as out:
