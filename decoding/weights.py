@@ -8,8 +8,8 @@ and an offset per 32 inputs, which is the bundled GGUF's own Q4_1 layout, so its
 which widen the weights to bf16 in registers, so activations stay bf16. "q4" holds the same 4-bit levels, a
 step and a low per 32 inputs, for the lane library's own product (decoding/csrc/q4_product.cpp): it widens a
 weight once for up to 8 rows, so a forward's rows (drafts, other customers' replies) cost far less than under
-PyTorch's int4 kernel, and one row a little less (the bundled model's products, AMD EPYC, 2 threads: 1/8/32 rows
-3.0/5.3/19.1 ms against 4.1/13.6/41.2). It needs AVX512-BF16 and the built library.
+PyTorch's int4 kernel, and one row no more (the bundled model's products, AMD EPYC, 2 threads: 1/8/32 rows
+3.6/7.0/25.6 ms against 3.7/11.2/48.3). It needs AVX512-BF16 and the built library.
 
 Every format computes a row from that row and the weights alone: the same row gives the same bits whichever
 other rows share the product (measured per model at start, decoding/batch_probe.py, and by the invariance
@@ -147,6 +147,9 @@ def int4_levels(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch
 def q4_weight(weight: torch.Tensor) -> Weight:
     """4 bits a weight laid out for q4_product: per tile of 16 output channels and pair of inputs (2p, 2p+1), a
     byte a channel (2p in the low nibble); per tile and group, 16 steps then 16 lows in bf16."""
+    refusal = q4_refusal()  # loads the lane library, whose op the weight runs on
+    if refusal is not None:
+        raise ValueError(f"cannot hold weights in q4: {refusal}")
     levels, step, low = int4_levels(weight)
     n, k = weight.shape
     pairs = levels.to(torch.uint8).view(n // INT4_ROWS, INT4_ROWS, k // 2, 2)

@@ -1,11 +1,11 @@
 // x @ w.T for 4-bit weights in one fixed sum per output, whatever the rows: the packed forward's "q4" format.
 //
 // PyTorch's int4 kernel widens the weights again for every few rows, so its cost grew with each row a forward
-// holds (the bundled model's products, AMD EPYC, 2 threads: 1/8/32 rows 4.1/13.6/41.2 ms), and rows are what
+// holds (the bundled model's products, AMD EPYC, 2 threads: 1/8/32 rows 3.7/11.2/48.3 ms), and rows are what
 // LLMA's drafts and other customers' replies add. Here 16 output channels sit in the 16 lanes of a register:
 // their 4-bit levels of two inputs are widened once (a table lookup to bf16, exact for 0..15) and taken by up
 // to 8 rows at once through AVX512-BF16 dot products (vdpbf16ps), so a widened weight serves every row of the
-// block (same models: 3.0/5.3/19.1 ms). A group of 32 inputs shares one step and one low (Q4_1's layout), so
+// block (same shapes: 3.6/7.0/25.6 ms). A group of 32 inputs shares one step and one low (Q4_1's layout), so
 //   sum_i x_i (level_i * step + low) = step * sum_i x_i level_i + low * sum_i x_i,
 // the first sum in the dot products, the second once per row and group. Every output's sums run in one order
 // (inputs in pairs, groups in turn) whichever rows, blocks or threads share the call: a row's bits depend on the
