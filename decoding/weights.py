@@ -81,7 +81,7 @@ def q4_refusal() -> str | None:
     """Why this machine cannot run q4 weights, or None: the lane library must be built, on a CPU with AVX512-BF16."""
     refusal = lane_kernel_refusal()
     if refusal is not None:
-        return f"q4 weights run on the lane library, which is {refusal}"
+        return f"q4 weights run on the lane library: {refusal}"
     if not torch.ops.llma.q4_available():
         return "q4 weights need a CPU with AVX512-BF16"
     return None
