@@ -251,13 +251,12 @@ def choose_weights(model: torch.nn.Module, cache_file: Path | None = None) -> st
     formats = weight_formats(source)
     if len(formats) == 1:
         return formats[0]
-    seconds = {}
+    seconds, (lanes, _) = {}, COMPANY
     for weights in formats:
         packed = PackedLlama(source, weights=weights)
         step = chosen_step(packed, cache_file)
         if step.seconds is None:  # an earlier start kept the width only: time that one width
             step = replace(step, seconds=measure_cost_curve(packed, steps=StepConfig(step.width, 512)).seconds[0])
-        lanes, _ = COMPANY
         seconds[weights] = step.seconds + company_seconds(packed, cache_file) / lanes
     return min(formats, key=seconds.__getitem__)
 

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from .lane_kernel import lane_kernel_refusal
 from .prefix_cache import PrefixCache
 from .steps import StepConfig
-from .weights import Weight, format_refusal, pack_weight, product
+from .weights import Weight, format_refusal, pack_weight, product, q4_product
 
 logger = logging.getLogger(__name__)
 
@@ -240,8 +240,7 @@ class Q4DecoderLayers(KernelDecoderLayers):
 
     def linear(self, x: torch.Tensor, data: torch.Tensor, scales: torch.Tensor,
                bias: Optional[torch.Tensor]) -> torch.Tensor:  # noqa: UP045
-        y = torch.ops.llma.q4_linear(x, data, scales)
-        return y if bias is None else y + bias
+        return q4_product(x, data, scales, bias)
 
 
 def decoder_class(weights: str, lane_kernel: bool) -> type[DecoderLayers]:

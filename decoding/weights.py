@@ -71,9 +71,9 @@ def product(kernel: int, x: torch.Tensor, data: torch.Tensor, scales: torch.Tens
 
 def q4_product(x: torch.Tensor, levels: torch.Tensor, scales: torch.Tensor,
                bias: Optional[torch.Tensor]) -> torch.Tensor:  # noqa: UP045 (TorchScript reads Optional)
-    """x @ w.T (+ bias) on the lane library's q4 product (only where q4_refusal() is None: the op must exist)."""
-    y = torch.ops.llma.q4_linear(x.reshape(-1, x.shape[-1]), levels, scales)
-    y = y.view(x.shape[:-1] + y.shape[-1:])
+    """x (M, K) @ w.T (+ bias) on the lane library's q4 product; eager and under TorchScript (Q4DecoderLayers),
+    only where q4_refusal() is None: the op must exist."""
+    y = torch.ops.llma.q4_linear(x, levels, scales)
     return y if bias is None else y + bias
 
 
