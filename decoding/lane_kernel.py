@@ -3,7 +3,7 @@
 
 The kernel is compiled for the machine's own CPU (-march=native: AVX-512 where it has it) into a folder under
 ~/.cache named after the source, torch's version and the CPU's flags, so an edited source, another torch or
-another CPU builds anew (12 s) and processes on one machine share a build (torch's extension loader locks it).
+another CPU builds anew (~15 s) and processes on one machine share a build (torch's extension loader locks it).
 Where it cannot be built (no C++ compiler, no ninja), the packed forward keeps attending through SDPA, lane by
 lane, and says so.
 """
