@@ -73,7 +73,7 @@ class Settings(BaseSettings):
     grounding_answers: int = ChatSettings.grounding_answers
     grounding_token_budget: int = ChatSettings.grounding_token_budget
     repetition: Literal["dry", "off"] = "dry"  # the decoding rule: greedy with DRY and a stop rule, or plain greedy
-    prompt_layout: Literal["system", "turn"] = ChatSettings.prompt_layout
+    prompt_layout: Literal["system", "turn", "answer"] = ChatSettings.prompt_layout
     admin_user: str = "admin"  # the bootstrap admin, made only while the database has no admin account
     admin_password: SecretStr | None = None  # None: a random one is made and printed at start
     login_max_failures: int = LoginLimits.max_failures

@@ -5,7 +5,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from decoding import OUTPUT_SOURCE, PROMPT_SOURCE, CostCurve, DecodeResult, Engine, RepetitionRule, Sharing
+from decoding import OUTPUT_SOURCE, PROMPT_SOURCE, CopiedRun, CostCurve, DecodeResult, Engine, RepetitionRule, Sharing
 
 from .replies import Span
 from .stats import ArticleUse, ReferenceUse, ReplyStats
@@ -50,7 +50,7 @@ class ReplyMeter:
         method = f"exact repeat verified in one pass; {method}" if exact_hit else method
         greedy_estimate = result.prefill_seconds + max(n - 1, 0) * step
         seconds = max(result.seconds, 1e-6)
-        copied = copied_by_source(result)
+        copied = copied_by_source(turn, result)
         return ReplyStats(
             tokens=n, forward_passes=result.forward_passes, copied_tokens=result.copied_tokens,
             seconds=round(result.seconds, 4), tokens_per_second=round(n / seconds, 1),
@@ -76,12 +76,53 @@ class ReplyMeter:
         )
 
 
-def copied_by_source(result: DecodeResult) -> dict[int, int]:
-    """Tokens copied from each reference index (and PROMPT_SOURCE, OUTPUT_SOURCE)."""
+def copied_by_source(turn: ChatTurn, result: DecodeResult) -> dict[int, int]:
+    """Tokens copied from each reference index (and PROMPT_SOURCE, OUTPUT_SOURCE), runs from an approved answer's
+    place in the prompt credited to that answer."""
     copied: dict[int, int] = {}
+    places = grounding_places(turn)
     for run in result.copied_runs:
-        copied[run.source] = copied.get(run.source, 0) + run.length
+        source = credited_source(run, places)
+        copied[source] = copied.get(source, 0) + run.length
     return copied
+
+
+def grounding_places(turn: ChatTurn) -> dict[int, range]:
+    """Where each grounding answer (by reference index) stands in the prompt's token ids. LLMA finds a draft in
+    the prompt and in the references alike, so a run copied from the prompt may be the approved answer's text:
+    the reply line then says so (under the "answer" layout most of a grounded reply is drafted from there)."""
+    places = {}
+    for index, hit in enumerate(turn.references[: len(turn.grounding)]):
+        start = find_ids(turn.prompt.ids, list(hit.answer_ids[:-1]))  # without the end of sequence it ends with
+        if start is not None:
+            places[index] = range(start, start + len(hit.answer_ids) - 1)
+    return places
+
+
+def credited_source(run: CopiedRun, places: dict[int, range]) -> int:
+    """The reference a run is credited to: a prompt run inside a grounding answer's place is that answer's."""
+    if run.source == PROMPT_SOURCE:
+        for index, place in places.items():
+            if run.ref_start in place and run.ref_start + run.length - 1 in place:
+                return index
+    return run.source
+
+
+def used_entries(turn: ChatTurn, result: DecodeResult) -> set[int]:
+    """The cache entries the reply copied from, an approved answer's place in the prompt included."""
+    places = grounding_places(turn)
+    return {turn.reference_id(credited_source(run, places)) for run in result.copied_runs} - {None}
+
+
+def find_ids(haystack: list[int], needle: list[int]) -> int | None:
+    """Where `needle` first occurs in `haystack`, or None."""
+    if not needle:
+        return None
+    first = needle[0]
+    for start in range(len(haystack) - len(needle) + 1):
+        if haystack[start] == first and haystack[start : start + len(needle)] == needle:
+            return start
+    return None
 
 
 def reference_uses(turn: ChatTurn, copied: dict[int, int], only: set[int] | None = None) -> tuple[ReferenceUse, ...]:
@@ -94,12 +135,13 @@ def reference_uses(turn: ChatTurn, copied: dict[int, int], only: set[int] | None
 
 def copied_spans(turn: ChatTurn, result: DecodeResult, text_of: Callable[[list[int]], str]) -> list[Span]:
     """The reply's characters that were copied, each labelled with where they came from."""
-    spans = []
+    spans, places = [], grounding_places(turn)
     for run in result.copied_runs:
         start = len(text_of(result.tokens[: run.out_start]))
         end = len(text_of(result.tokens[: run.out_start + run.length]))
-        entry = turn.reference_id(run.source)
-        label = f"cache:{entry}" if entry is not None else ("reply" if run.source == OUTPUT_SOURCE else "prompt")
+        source = credited_source(run, places)
+        entry = turn.reference_id(source)
+        label = f"cache:{entry}" if entry is not None else ("reply" if source == OUTPUT_SOURCE else "prompt")
         if end > start:
             spans.append(Span(start, end, label))
     return spans

@@ -68,9 +68,10 @@ class ApprovedAnswer:
 
 
 ARTICLE_HEADER = "Use this help article when it answers the question:"
-# Where approved answers go: "system" (after the article, under APPROVED_HEADER) or "turn" (as an earlier
-# exchange, the approved question asked and answered, before the conversation).
-LAYOUTS = ("system", "turn")
+# Where approved answers go: "system" (after the article, under APPROVED_HEADER), "turn" (as an earlier
+# exchange, the approved question asked and answered, before the conversation) or "answer" (the best one given
+# as the answer to this very question, which is then asked again: see `answered_before`).
+LAYOUTS = ("system", "turn", "answer")
 APPROVED_HEADER = "An approved answer to a similar question (reuse its wording where it fits):"
 
 
@@ -92,15 +93,31 @@ def head_messages(
     system_prompt: str, article: str | None, approved: Sequence[ApprovedAnswer], layout: str,
 ) -> list[dict]:
     """The messages before the conversation: the system message, and the approved answers as earlier turns under
-    the "turn" layout."""
+    the "turn" layout (under "answer", those after the best one)."""
     if layout not in LAYOUTS:
         raise ValueError(f"prompt layout must be one of {', '.join(LAYOUTS)}, not {layout!r}")
     in_system = approved if layout == "system" else ()
+    as_turns = {"system": (), "turn": approved, "answer": approved[1:]}[layout]
     head = [{"role": "system", "content": system_message(system_prompt, article, in_system)}]
-    if layout == "turn":
-        head += [m for a in approved for m in ({"role": "user", "content": a.question},
-                                                 {"role": "assistant", "content": a.answer})]
-    return head
+    return head + [m for a in as_turns for m in exchange(a.question, a.answer)]
+
+
+def answered_before(question: str, approved: Sequence[ApprovedAnswer], layout: str) -> list[dict]:
+    """Under the "answer" layout, the best approved answer given to this very question, right before the question
+    is asked again; else nothing.
+
+    A model asked again what it just answered gives that answer again, so the reply follows staff's text instead
+    of making one up, and LLMA copies most of it: over 10 held-out rewordings with the bundled 135M model, 70% of
+    a grounded reply ran in 4-token runs of its approved answer, against 20% with the answer as an earlier
+    exchange about the approved question ("turn") and 18% in the system message under an explicit "reply with it
+    word for word" (docs/service/layouts). The reply is still the model's own greedy reply to its prompt."""
+    if layout != "answer" or not approved:
+        return []
+    return exchange(question, approved[0].answer)
+
+
+def exchange(question: str, answer: str) -> list[dict]:
+    return [{"role": "user", "content": question}, {"role": "assistant", "content": answer}]
 
 
 def build_prompt(
@@ -119,13 +136,13 @@ def build_prompt(
     earlier turns are dropped oldest first, a user turn together with the answer that followed it.
     """
     head = head_messages(system_prompt, article, approved, layout)
-    question_msg = {"role": "user", "content": question}
+    tail = [*answered_before(question, approved, layout), {"role": "user", "content": question}]
     # Count each turn once to find where to start, so a huge history costs one tokenization, not one per
     # dropped pair; the loop below then confirms with the real template (usually in one pass).
-    dropped = _turns_that_do_not_fit(tokenizer, head, question_msg, history, max_prompt_tokens)
+    dropped = _turns_that_do_not_fit(tokenizer, head, tail, history, max_prompt_tokens)
     turns = [{"role": t.role, "content": t.content} for t in history[dropped:]]
     while True:
-        messages = [*head, *turns, question_msg]
+        messages = [*head, *turns, *tail]
         ids = encode_messages(tokenizer, messages)
         if len(ids) <= max_prompt_tokens or not turns:
             break
@@ -143,16 +160,17 @@ def beginning_ids(
     tokenizer, system_prompt: str, article: str | None, approved: Sequence[ApprovedAnswer] = (), layout: str = "system",
 ) -> list[int]:
     """The token ids every prompt with this article and these approved answers begins with, whatever the question
-    and history after them (the messages before the question, without the reply's opening)."""
+    and history after them (the messages before the conversation; under "answer" the best approved answer comes
+    after it, with the question)."""
     head = head_messages(system_prompt, article, approved, layout)
     encoded = tokenizer.apply_chat_template(head, add_generation_prompt=False, tokenize=True, return_dict=True)
     return list(encoded["input_ids"])
 
 
-def _turns_that_do_not_fit(tokenizer, head: list[dict], question: dict, history: list[Message], limit: int) -> int:
+def _turns_that_do_not_fit(tokenizer, head: list[dict], tail: list[dict], history: list[Message], limit: int) -> int:
     """How many of the oldest turns to leave out, estimated from per-turn token counts (whole pairs)."""
-    base = len(encode_messages(tokenizer, [*head, question]))
-    overhead = len(encode_messages(tokenizer, [*head, {"role": "user", "content": ""}, question])) - base
+    base = len(encode_messages(tokenizer, [*head, *tail]))
+    overhead = len(encode_messages(tokenizer, [*head, {"role": "user", "content": ""}, *tail])) - base
     budget, first = limit - base, len(history)
     for i in range(len(history) - 1, -1, -1):
         budget -= len(tokenizer(history[i].content, add_special_tokens=False)["input_ids"]) + overhead

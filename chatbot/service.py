@@ -38,7 +38,7 @@ from decoding import (
 from decoding.engine import DEFAULT_MODEL_ID
 
 from .deployment import COST_CURVES_FILE, shared_weights_chooser, shared_width_chooser
-from .measure import ReplyMeter, StepTimer, copied_spans
+from .measure import ReplyMeter, StepTimer, copied_spans, used_entries
 from .prompt import InputError, clean_text
 from .replies import Reply, ReplyReferences, Verification
 from .seed import Seed, seed_help_centre
@@ -225,7 +225,7 @@ class ChatService:
                 speedup=stats.speedup,
             )
         )
-        self.cache.mark_used({turn.reference_id(run.source) for run in result.copied_runs} - {None})
+        self.cache.mark_used(used_entries(turn, result))
         if not exact_hit:
             self._suggest_wordings(turn)
         reply_id = self._record(turn, entry_id, text, stats, result.tokens, exact_hit)

@@ -66,7 +66,9 @@ class ChatSettings:
     match_answers: bool = True  # an approved entry also scores by its answer's cosine where that is higher
     grounding_answers: int = 1
     grounding_token_budget: int = 384  # answer tokens the grounding may add to the prompt
-    prompt_layout: str = "turn"  # where approved answers sit: as an earlier exchange, or in the system message
+    # Where approved answers sit: as the answer already given to this very question ("answer", copied most),
+    # as an earlier exchange ("turn") or in the system message (chatbot/prompt.py).
+    prompt_layout: str = "answer"
     # The decoding rule every reply equals (LLMA only makes it faster): greedy with a DRY penalty on repeating
     # the reply itself and a stop when it repeats 16 tokens anyway (decoding/repetition.py, measured there).
     repetition: RepetitionRule = RECOMMENDED_REPETITION_RULE

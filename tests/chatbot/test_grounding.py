@@ -81,12 +81,28 @@ def service(tmp_path, tokenizer, model, embedder):
 def test_only_approved_answers_enter_the_prompt_by_default(service):
     reply = service.ask(REWORDED)
     text = prompt_text(service, reply.id)
-    assert APPROVED in text and QUESTION in text  # as an earlier exchange (the default layout)
+    # The default layout: the approved answer given to this very question, which is then asked again.
+    assert APPROVED in text and text.count(REWORDED) == 2 and QUESTION not in text
+    assert text.index(REWORDED) < text.index(APPROVED) < text.rindex(REWORDED)
     assert CANDIDATE not in text and REJECTED not in text
     approved_id = service.cache.list_entries(review="approved").entries[0].id
     assert [use.id for use in reply.stats.grounding] == [approved_id]
     assert reply.stats.references[0].id == approved_id  # the approved answer is also the first reference
     assert service.verify(reply.id).identical
+
+
+def test_a_run_copied_from_the_approved_answers_place_in_the_prompt_is_credited_to_it(service):
+    from chatbot.measure import copied_by_source, grounding_places
+    from decoding import PROMPT_SOURCE, CopiedRun, DecodeResult
+
+    turn = service.planner.plan(REWORDED, None, "")
+    place = grounding_places(turn)[0]
+    assert turn.prompt.ids[place.start : place.stop] == list(turn.grounding[0].answer_ids[:-1])
+    inside = CopiedRun(PROMPT_SOURCE, ref_start=place.start + 2, out_start=0, length=5)
+    across = CopiedRun(PROMPT_SOURCE, ref_start=place.stop - 2, out_start=5, length=4)  # into what follows it
+    before = CopiedRun(PROMPT_SOURCE, ref_start=1, out_start=9, length=3)  # the system prompt
+    result = DecodeResult(tokens=[0] * 12, copied_runs=[inside, across, before])
+    assert copied_by_source(turn, result) == {0: 5, PROMPT_SOURCE: 7}
 
 
 def test_all_lets_unreviewed_answers_in_but_never_rejected_ones(service):

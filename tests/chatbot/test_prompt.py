@@ -91,7 +91,27 @@ def test_the_turn_layout_puts_approved_answers_before_the_conversation_and_keeps
         build_prompt(tokenizer, "SYSTEM", None, [], "q", 4000, approved, layout="sideways")
 
 
-@pytest.mark.parametrize("layout", ["turn", "system"])
+def test_the_answer_layout_gives_the_approved_answer_to_this_very_question_right_before_it_is_asked_again(tokenizer):
+    from chatbot.prompt import APPROVED_HEADER, ApprovedAnswer
+
+    approved = [ApprovedAnswer("How do I reset my password?", "1. Open Settings.\n2. Choose Reset password."),
+                ApprovedAnswer("How do I change my email?", "Open Settings > Account > Email.")]
+    full = build_prompt(tokenizer, "SYSTEM", "Article", history(2), "I forgot it", 4000, approved, layout="answer")
+    roles = [m["role"] for m in full.messages]
+    assert roles == ["system", "user", "assistant", "user", "assistant", "user", "assistant", "user", "assistant", "user"]
+    # The further approved answer is an earlier exchange; the best one is the answer to the question itself,
+    # after the conversation, so that the question is what was last answered.
+    assert [m["content"] for m in full.messages[1:3]] == [approved[1].question, approved[1].answer]
+    assert [m["content"] for m in full.messages[-3:]] == ["I forgot it", approved[0].answer, "I forgot it"]
+    assert approved[0].question not in tokenizer.decode(full.ids) and APPROVED_HEADER not in full.messages[0]["content"]
+    trimmed = build_prompt(tokenizer, "SYSTEM", "Article", history(40), "I forgot it", 600, approved[:1], layout="answer")
+    assert trimmed.dropped_turns > 0 and len(trimmed.ids) <= 600
+    assert [m["content"] for m in trimmed.messages[-3:]] == ["I forgot it", approved[0].answer, "I forgot it"]
+    bare = build_prompt(tokenizer, "SYSTEM", "Article", [], "I forgot it", 4000, (), layout="answer")
+    assert [m["role"] for m in bare.messages] == ["system", "user"]
+
+
+@pytest.mark.parametrize("layout", ["turn", "system", "answer"])
 def test_a_prompt_begins_with_the_beginning_warmed_for_its_article_and_approved_answer(tokenizer, layout):
     article = "Reset your password\n\nOpen Settings, then Security, then Reset password."
     approved = [ApprovedAnswer("How do I reset my password?", "Open Settings > Security > Reset password.")]
@@ -102,4 +122,5 @@ def test_a_prompt_begins_with_the_beginning_warmed_for_its_article_and_approved_
         assert prompt.ids[: len(beginning)] == beginning
         assert len(prompt.ids) > len(beginning) + 5  # the question follows
     other = beginning_ids(tokenizer, "Be brief.", article, (), layout)
-    assert other != beginning
+    # Under "answer" the approved answer follows the conversation, so it cannot be part of a shared beginning.
+    assert (other == beginning) == (layout == "answer")
