@@ -98,13 +98,13 @@ def test_the_answer_layout_gives_the_approved_answer_to_this_very_question_right
                 ApprovedAnswer("How do I change my email?", "Open Settings > Account > Email.")]
     full = build_prompt(tokenizer, "SYSTEM", "Article", history(2), "I forgot it", 4000, approved, layout="answer")
     roles = [m["role"] for m in full.messages]
-    assert roles == ["system", "user", "assistant", "user", "assistant", "user", "assistant", "user", "assistant", "user"]
+    assert roles == ["system", *["user", "assistant"] * 4, "user"]
     # The further approved answer is an earlier exchange; the best one is the answer to the question itself,
     # after the conversation, so that the question is what was last answered.
     assert [m["content"] for m in full.messages[1:3]] == [approved[1].question, approved[1].answer]
     assert [m["content"] for m in full.messages[-3:]] == ["I forgot it", approved[0].answer, "I forgot it"]
     assert approved[0].question not in tokenizer.decode(full.ids) and APPROVED_HEADER not in full.messages[0]["content"]
-    trimmed = build_prompt(tokenizer, "SYSTEM", "Article", history(40), "I forgot it", 600, approved[:1], layout="answer")
+    trimmed = build_prompt(tokenizer, "SYSTEM", "Article", history(40), "I forgot it", 600, approved[:1], "answer")
     assert trimmed.dropped_turns > 0 and len(trimmed.ids) <= 600
     assert [m["content"] for m in trimmed.messages[-3:]] == ["I forgot it", approved[0].answer, "I forgot it"]
     bare = build_prompt(tokenizer, "SYSTEM", "Article", [], "I forgot it", 4000, (), layout="answer")
