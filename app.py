@@ -64,6 +64,7 @@ class Settings(BaseSettings):
     # None: the values tuned for the embedding model (chatbot/settings.py TUNED)
     grounding_threshold: float | None = None
     grounding_margin: float | None = None
+    grounding_article_margin: float | None = None
     article_match_threshold: float | None = None
     article_match_margin: float | None = None
     # all-mpnet-base-v2 (prepared by `make run`), all-MiniLM-L6-v2 (bundled, 5x faster to embed), or a folder
@@ -118,7 +119,8 @@ class Settings(BaseSettings):
             max_new_tokens=self.max_new_tokens, references_k=self.references_k,
             similarity_threshold=self.similarity_threshold, use_knowledge_base=self.use_knowledge_base,
             grounding=self.grounding, grounding_threshold=self.grounding_threshold,
-            grounding_margin=self.grounding_margin, lexical_weight=self.lexical_weight,
+            grounding_margin=self.grounding_margin, grounding_article_margin=self.grounding_article_margin,
+            lexical_weight=self.lexical_weight,
             article_match_threshold=self.article_match_threshold, article_match_margin=self.article_match_margin,
             match_answers=self.match_answers,
             grounding_answers=self.grounding_answers, grounding_token_budget=self.grounding_token_budget,
@@ -173,7 +175,8 @@ def main() -> None:
               flush=True)
     chosen = service.settings
     print(f"Retrieval: {service.cache.embedder_name} embeddings; an approved answer grounds from "
-          f"{chosen.grounding_threshold} (margin {chosen.grounding_margin})", flush=True)
+          f"{chosen.grounding_threshold} (margin {chosen.grounding_margin}, "
+          f"{chosen.grounding_article_margin} where its article is the question's)", flush=True)
     print(f"Chat: http://{settings.host}:{settings.port}/   Admin: http://{settings.host}:{settings.port}/admin")
     admin = AdminService(service.cache, service, accounts)
     admission = Admission(replace(chat_limits, at_once=service.turns_at_once))  # the turns the service decodes at once

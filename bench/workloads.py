@@ -67,6 +67,7 @@ class Grounding:
     answers: int = ChatSettings.grounding_answers
     token_budget: int = ChatSettings.grounding_token_budget  # answer tokens added to the prompt, at most
     margin: float = BUNDLED_THRESHOLDS.grounding_margin  # the consistency check (chatbot/grounding.py)
+    article_margin: float = BUNDLED_THRESHOLDS.grounding_article_margin
     lexical_weight: float = ChatSettings.lexical_weight
     match_answers: bool = ChatSettings.match_answers
 
@@ -132,7 +133,8 @@ def pick_grounding(cache: AnswerCache, question: str, grounding: Grounding, mode
     article = cache.best_article(question, threshold=ChatSettings.article_threshold)
     matches = cache.match(question, k=grounding.answers + 1, model_id=model_id,
                           lexical_weight=grounding.lexical_weight, match_answers=grounding.match_answers)
-    policy = GroundingPolicy(grounding.threshold, grounding.margin, grounding.answers, grounding.token_budget)
+    policy = GroundingPolicy(grounding.threshold, grounding.margin, grounding.article_margin, grounding.answers,
+                             grounding.token_budget)
     text = f"{article.title}\n\n{article.body}" if article else None
     return choose_grounding(matches, article.id if article else None, text, policy).matched
 

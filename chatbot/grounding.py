@@ -1,9 +1,10 @@
 """Which approved answers ground a reply: the consistency check between the hybrid match and the article.
 
-A wrong approved answer in the prompt misleads the reply, so the best match grounds only when the evidence
-agrees: its score clears the threshold, and either it was answered with the help article chosen for this
-question (and the runner-up was not: siblings of one article are told apart by the margin alone) or it beats
-the runner-up entry by a margin. Otherwise it is a reference only, which changes
+A wrong approved answer in the prompt misleads the reply (under the "answer" layout the reply repeats it), so the
+best match grounds only when the evidence agrees: its score clears the threshold, and either it was answered
+with the help article chosen for this question (and the runner-up was not: siblings of one article are told
+apart by the margin alone) and still beats the runner-up by the smaller article margin, or it beats the
+runner-up entry by the margin. Otherwise it is a reference only, which changes
 speed and never the reply. An answer the chosen article already holds word for word is a reference only
 too: in the prompt it would only lengthen it (LLMA copies it from the article all the same).
 """
@@ -23,6 +24,7 @@ class GroundingPolicy:
 
     threshold: float  # least fused score (best-wording cosine + weighted BM25) of the best match
     margin: float  # how far the best must beat the runner-up when its article is not the chosen one
+    article_margin: float = 0.0  # how far it must beat the runner-up when its article is the chosen one
     answers: int = 1  # approved answers put into the prompt, at most
     token_budget: int = 384  # their answer tokens, at most
 
@@ -33,8 +35,8 @@ class GroundingChoice:
 
     grounding: list[Hit] = field(default_factory=list)  # into the prompt
     references: list[Hit] = field(default_factory=list)  # agreeing approved answers kept out of the prompt
-    # why: "article agrees", "margin", "exact wording", "disagrees", "ambiguous" (a sibling of the same
-    # article too close), "below threshold", "in article"
+    # why: "article agrees", "margin", "exact wording", "disagrees", "ambiguous" (the runner-up too close:
+    # a sibling of the same article, or any within the article margin), "below threshold", "in article"
     reason: str = "no match"
 
     @property
@@ -57,14 +59,16 @@ def choose_grounding(
     # Two answers written from the chosen article (a sibling topic: "reset link missing" beside "reset my
     # password") make the article no evidence for either: then only the margin decides.
     sibling = runner_up is not None and agrees and _answered_from(runner_up, article_id)
-    beats = best.score - (runner_up.score if runner_up else -1.0) >= policy.margin
+    ahead = best.score - (runner_up.score if runner_up else -1.0)
+    beats = ahead >= policy.margin
     exact = (best.dense if best.dense is not None else best.score) >= EXACT_WORDING
-    if not (beats or exact) and (sibling or not agrees):
-        return GroundingChoice(reason="ambiguous" if sibling else "disagrees")
+    article_decides = agrees and not sibling and ahead >= policy.article_margin
+    if not (beats or exact or article_decides):
+        return GroundingChoice(reason="disagrees" if not agrees else "ambiguous")
     accepted = [best, *(hit for hit in matches[1:] if _also_grounds(hit, article_id, policy))][: policy.answers]
     inside = [hit for hit in accepted if article_text and contains(article_text, hit.answer)]
     rest = within_token_budget([hit for hit in accepted if hit not in inside], policy.token_budget)
-    reason = "in article" if inside and not rest else _why(agrees and not sibling, beats)
+    reason = "in article" if inside and not rest else _why(article_decides, beats)
     return GroundingChoice(grounding=rest, references=inside, reason=reason)
 
 

@@ -18,6 +18,7 @@ class MatchThresholds:
 
     grounding_threshold: float
     grounding_margin: float
+    grounding_article_margin: float
     article_match_threshold: float
     article_match_margin: float
 
@@ -26,8 +27,8 @@ class MatchThresholds:
 # mpnet grounds 82% of the rewordings, 92% of them right, and picks the right help article for 85%; MiniLM 72%,
 # 93% and 82%. Both ground 1 of 17 uncovered wordings.
 TUNED = {
-    "all-MiniLM-L6-v2": MatchThresholds(0.325, 0.075, 0.4, 0.05),
-    "all-mpnet-base-v2": MatchThresholds(0.475, 0.025, 0.45, 0.0),
+    "all-MiniLM-L6-v2": MatchThresholds(0.325, 0.075, 0.0, 0.4, 0.05),
+    "all-mpnet-base-v2": MatchThresholds(0.475, 0.025, 0.0, 0.45, 0.0),
 }
 UNTUNED_MODEL = "all-mpnet-base-v2"  # whose thresholds a model without its own takes (tune: bench/retrieval.py)
 
@@ -51,12 +52,14 @@ class ChatSettings:
     # shapes; "off" none. Rejected answers never enter a prompt.
     grounding: str = "approved"
     # The best approved match grounds when its fused score (best-wording cosine + lexical_weight x squashed
-    # BM25) reaches grounding_threshold and its article is the chosen one or it beats the runner-up by
-    # grounding_margin (chatbot/grounding.py). The help article comes from the best approved answer's own
-    # article when the question matches that answer by article_match_threshold, article_match_margin ahead of
-    # the runner-up (TurnPlanner.pick_article). None: the values tuned for the embedding model (TUNED below).
+    # BM25) reaches grounding_threshold and it beats the runner-up by grounding_margin, or by
+    # grounding_article_margin when its article is the chosen one (chatbot/grounding.py). The help article
+    # comes from the best approved answer's own article when the question matches that answer by
+    # article_match_threshold, article_match_margin ahead of the runner-up (TurnPlanner.pick_article).
+    # None: the values tuned for the embedding model (TUNED below).
     grounding_threshold: float | None = None
     grounding_margin: float | None = None
+    grounding_article_margin: float | None = None
     article_match_threshold: float | None = None
     article_match_margin: float | None = None
     # The sentence embedding model: the bundled all-MiniLM-L6-v2 here (always installed, fast to seed: tests and
@@ -92,8 +95,9 @@ class ChatSettings:
             raise ValueError(f"grounding must be one of {', '.join(GROUNDING_REVIEWS)}, not {self.grounding!r}")
         if self.grounding_threshold is not None and not -1.0 <= self.grounding_threshold <= 2.0:
             raise ValueError("grounding_threshold is a fused score in [-1, 2] (a cosine plus at most 1)")
-        if not 0.0 <= self.lexical_weight <= 1.0 or not 0.0 <= (self.grounding_margin or 0.0) <= 2.0:
-            raise ValueError("lexical_weight must be within [0, 1] and grounding_margin within [0, 2]")
+        margins = (self.grounding_margin or 0.0, self.grounding_article_margin or 0.0)
+        if not 0.0 <= self.lexical_weight <= 1.0 or not all(0.0 <= m <= 2.0 for m in margins):
+            raise ValueError("lexical_weight must be within [0, 1] and the grounding margins within [0, 2]")
         if self.prompt_layout not in LAYOUTS:
             raise ValueError(f"prompt_layout must be one of {', '.join(LAYOUTS)}, not {self.prompt_layout!r}")
         if self.grounding_answers < 0 or self.grounding_token_budget < 0:

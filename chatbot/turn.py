@@ -174,6 +174,7 @@ def check_question(question: object, max_chars: int) -> str:
 def grounding_policy(settings: ChatSettings) -> GroundingPolicy:
     return GroundingPolicy(
         threshold=settings.grounding_threshold, margin=settings.grounding_margin,
+        article_margin=settings.grounding_article_margin,
         answers=settings.grounding_answers, token_budget=settings.grounding_token_budget,
     )
 

@@ -7,7 +7,9 @@ from bench.retrieval import (
     ARTICLE_MARGINS,
     ARTICLE_THRESHOLDS,
     BEFORE_THRESHOLD,
+    TARGET_PRECISION,
     Probe,
+    Score,
     article_score,
     asked_and_aliases,
     half_of,
@@ -41,6 +43,17 @@ def test_coverage_precision_and_novel_grounded_are_counted_per_half():
     assert score(probes, GROUPS, POLICY, "held-out").covered == 0
     before = score(probes, GROUPS, None, "tune")  # the best cosine alone, from BEFORE_THRESHOLD on
     assert before.coverage == 2 / 3 and BEFORE_THRESHOLD > 0.3
+
+
+def test_the_tuning_asks_the_precision_target_of_a_lower_bound_not_of_a_lucky_point_estimate():
+    def precision(right: int, grounded: int) -> Score:
+        return Score(1.0, right / grounded, 0.0, grounded, 0, grounded, right)
+
+    assert precision(1, 1).precision_floor() < 0.6  # one right answer proves little
+    assert precision(67, 70).precision_floor() < TARGET_PRECISION < precision(67, 70).precision
+    assert precision(70, 70).precision_floor() > TARGET_PRECISION
+    floors = [precision(right, 100).precision_floor() for right in range(90, 101)]
+    assert floors == sorted(floors) and all(f < right / 100 for f, right in zip(floors, range(90, 101), strict=True))
 
 
 def test_confirmed_wordings_are_never_asked_and_halves_are_stable():

@@ -68,7 +68,7 @@ def grounded_groups(model: str, tmp_path) -> list[str | None]:
     tokenizer = AutoTokenizer.from_pretrained(DEFAULT_MODEL_DIR, local_files_only=True)
     answers = [answer for answer in load_staff_answers() if answer.group in GROUPS]
     tuned = TUNED[model]
-    policy = GroundingPolicy(tuned.grounding_threshold, tuned.grounding_margin)
+    policy = GroundingPolicy(tuned.grounding_threshold, tuned.grounding_margin, tuned.grounding_article_margin)
     with AnswerCache.open(tmp_path / model, embed=embedder.embed, dim=embedder.dim,
                           embedder_name=embedder.name) as cache:
         seed_help_centre(cache, tokenizer, "test", Seed(articles={}, answers=answers))

@@ -16,6 +16,14 @@ def test_the_best_match_grounds_when_its_article_is_the_chosen_one_even_in_a_nea
     assert ([h.id for h in choice.grounding], choice.reason) == ([1], "article agrees")
 
 
+def test_an_agreeing_article_still_needs_the_article_margin_over_the_runner_up():
+    policy = GroundingPolicy(threshold=0.6, margin=0.1, article_margin=0.02)
+    near_tie = choose_grounding([hit(1, 0.7), hit(2, 0.69, "billing")], "reset-password", ARTICLE, policy)
+    ahead = choose_grounding([hit(1, 0.7), hit(2, 0.675, "billing")], "reset-password", ARTICLE, policy)
+    assert (near_tie.matched, near_tie.reason) == ([], "ambiguous")
+    assert ([h.id for h in ahead.grounding], ahead.reason) == ([1], "article agrees")
+
+
 def test_two_answers_from_the_chosen_article_are_told_apart_by_the_margin_alone():
     siblings = [hit(1, 0.7), hit(2, 0.65)]
     assert choose_grounding(siblings, "reset-password", ARTICLE, POLICY).reason == "ambiguous"
