@@ -69,7 +69,7 @@ class Settings(BaseSettings):
     article_match_margin: float | None = None
     # all-mpnet-base-v2 (prepared by `make run`), all-MiniLM-L6-v2 (bundled, 5x faster to embed), or a folder
     embedding_model: str = DEFAULT_EMBEDDING_MODEL
-    lexical_weight: float = ChatSettings.lexical_weight
+    lexical_weight: float | None = None
     match_answers: bool = ChatSettings.match_answers
     grounding_answers: int = ChatSettings.grounding_answers
     grounding_token_budget: int = ChatSettings.grounding_token_budget

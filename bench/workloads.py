@@ -68,7 +68,7 @@ class Grounding:
     token_budget: int = ChatSettings.grounding_token_budget  # answer tokens added to the prompt, at most
     margin: float = BUNDLED_THRESHOLDS.grounding_margin  # the consistency check (chatbot/grounding.py)
     article_margin: float = BUNDLED_THRESHOLDS.grounding_article_margin
-    lexical_weight: float = ChatSettings.lexical_weight
+    lexical_weight: float = BUNDLED_THRESHOLDS.lexical_weight
     match_answers: bool = ChatSettings.match_answers
 
 

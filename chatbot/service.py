@@ -122,7 +122,8 @@ class ChatService:
         `seed` says otherwise) and measure the cost curve on the step shape the turns run."""
         seed = seed if seed is not None else Seed.shipped()
         cache.seed_if_new(lambda: seed_help_centre(cache, engine.tokenizer, engine.model_id, seed))
-        cache.warm_match(settings.match_answers, settings.lexical_weight > 0)
+        tuned = settings.for_embedder(cache.embedder_name)
+        cache.warm_match(tuned.match_answers, tuned.lexical_weight > 0)
         typical_steps = engine.steps(256, settings.max_new_tokens)  # its cache sized for a typical prompt
         cost = cost or load_or_measure(engine.model, Path(data_dir) / COST_CURVES_FILE, steps=typical_steps)
         service = cls(engine, cache, settings, cost)

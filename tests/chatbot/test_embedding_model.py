@@ -71,13 +71,16 @@ def grounded_groups(model: str, tmp_path) -> list[str | None]:
     policy = GroundingPolicy(tuned.grounding_threshold, tuned.grounding_margin, tuned.grounding_article_margin)
     with AnswerCache.open(tmp_path / model, embed=embedder.embed, dim=embedder.dim,
                           embedder_name=embedder.name) as cache:
-        seed_help_centre(cache, tokenizer, "test", Seed(articles={}, answers=answers))
+        seed_help_centre(cache, tokenizer, "test", Seed(articles=Seed.shipped().articles, answers=answers))
+        cache.warm_match(match_answers=True, lexical=tuned.lexical_weight > 0)
         by_question = {answer.question: answer.group for answer in answers}
         group_of = {entry.id: by_question[entry.question]
                     for entry in cache.list_entries(review="approved", limit=100).entries}
         found = []
-        for question, _ in CONFUSED:
-            choice = choose_grounding(cache.match(question, k=2, match_answers=True), None, None, policy)
+        for question, _ in CONFUSED:  # as the chat turn checks: the match, and the article by its own vector
+            matches = cache.match(question, k=2, match_answers=True, lexical_weight=tuned.lexical_weight)
+            article = cache.best_article(question, threshold=ChatSettings.article_threshold)
+            choice = choose_grounding(matches, article.id if article else None, None, policy)
             found.append(group_of[choice.grounding[0].id] if choice.grounding else None)
     return found
 
