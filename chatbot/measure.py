@@ -87,23 +87,23 @@ def copied_by_source(turn: ChatTurn, result: DecodeResult) -> dict[int, int]:
     return copied
 
 
-def grounding_places(turn: ChatTurn) -> dict[int, range]:
-    """Where each grounding answer (by reference index) stands in the prompt's token ids. LLMA finds a draft in
-    the prompt and in the references alike, so a run copied from the prompt may be the approved answer's text:
-    the reply line then says so (under the "answer" layout most of a grounded reply is drafted from there)."""
+def grounding_places(turn: ChatTurn) -> dict[int, list[range]]:
+    """Where each grounding answer (by reference index) stands in the prompt's token ids, every time it does.
+    LLMA finds a draft in the prompt and in the references alike, so a run copied from the prompt may be the
+    approved answer's text: the reply line then says so (under the "answer" layout most of a grounded reply is
+    drafted from there)."""
     places = {}
     for index, hit in enumerate(turn.references[: len(turn.grounding)]):
-        start = find_ids(turn.prompt.ids, list(hit.answer_ids[:-1]))  # without the end of sequence it ends with
-        if start is not None:
-            places[index] = range(start, start + len(hit.answer_ids) - 1)
+        answer = list(hit.answer_ids[:-1])  # without the end of sequence it ends with
+        places[index] = [range(start, start + len(answer)) for start in find_ids(turn.prompt.ids, answer)]
     return places
 
 
-def credited_source(run: CopiedRun, places: dict[int, range]) -> int:
+def credited_source(run: CopiedRun, places: dict[int, list[range]]) -> int:
     """The reference a run is credited to: a prompt run inside a grounding answer's place is that answer's."""
     if run.source == PROMPT_SOURCE:
-        for index, place in places.items():
-            if run.ref_start in place and run.ref_start + run.length - 1 in place:
+        for index, ranges in places.items():
+            if any(run.ref_start in place and run.ref_start + run.length - 1 in place for place in ranges):
                 return index
     return run.source
 
@@ -114,15 +114,13 @@ def used_entries(turn: ChatTurn, result: DecodeResult) -> set[int]:
     return {turn.reference_id(credited_source(run, places)) for run in result.copied_runs} - {None}
 
 
-def find_ids(haystack: list[int], needle: list[int]) -> int | None:
-    """Where `needle` first occurs in `haystack`, or None."""
+def find_ids(haystack: list[int], needle: list[int]) -> list[int]:
+    """Every position where `needle` occurs in `haystack`."""
     if not needle:
-        return None
-    first = needle[0]
-    for start in range(len(haystack) - len(needle) + 1):
-        if haystack[start] == first and haystack[start : start + len(needle)] == needle:
-            return start
-    return None
+        return []
+    first, size = needle[0], len(needle)
+    return [start for start in range(len(haystack) - size + 1)
+            if haystack[start] == first and haystack[start : start + size] == needle]
 
 
 def reference_uses(turn: ChatTurn, copied: dict[int, int], only: set[int] | None = None) -> tuple[ReferenceUse, ...]:

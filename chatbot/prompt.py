@@ -69,8 +69,9 @@ class ApprovedAnswer:
 
 ARTICLE_HEADER = "Use this help article when it answers the question:"
 # Where approved answers go: "system" (after the article, under APPROVED_HEADER), "turn" (as an earlier
-# exchange, the approved question asked and answered, before the conversation) or "answer" (the best one given
-# as the answer to this very question, which is then asked again: see `answered_before`).
+# exchange, the approved question asked and answered, before the conversation) or "answer" (as under "turn", and
+# the best one given once more as the answer to this very question, which is then asked again: see
+# `answered_before`).
 LAYOUTS = ("system", "turn", "answer")
 APPROVED_HEADER = "An approved answer to a similar question (reuse its wording where it fits):"
 
@@ -93,11 +94,11 @@ def head_messages(
     system_prompt: str, article: str | None, approved: Sequence[ApprovedAnswer], layout: str,
 ) -> list[dict]:
     """The messages before the conversation: the system message, and the approved answers as earlier turns under
-    the "turn" layout (under "answer", those after the best one)."""
+    the "turn" and "answer" layouts."""
     if layout not in LAYOUTS:
         raise ValueError(f"prompt layout must be one of {', '.join(LAYOUTS)}, not {layout!r}")
     in_system = approved if layout == "system" else ()
-    as_turns = {"system": (), "turn": approved, "answer": approved[1:]}[layout]
+    as_turns = approved if layout != "system" else ()
     head = [{"role": "system", "content": system_message(system_prompt, article, in_system)}]
     return head + [m for a in as_turns for m in exchange(a.question, a.answer)]
 
@@ -107,10 +108,12 @@ def answered_before(question: str, approved: Sequence[ApprovedAnswer], layout: s
     is asked again; else nothing.
 
     A model asked again what it just answered gives that answer again, so the reply follows staff's text instead
-    of making one up, and LLMA copies most of it: over 10 held-out rewordings with the bundled 135M model, 70% of
-    a grounded reply ran in 4-token runs of its approved answer, against 20% with the answer as an earlier
-    exchange about the approved question ("turn") and 18% in the system message under an explicit "reply with it
-    word for word" (docs/service/layouts). The reply is still the model's own greedy reply to its prompt."""
+    of making one up, and LLMA copies most of it. Over the grounded ones of 16 held-out rewordings with the
+    bundled 135M model, 88% of a reply ran in 4-token runs of its approved answer with this after the "turn"
+    exchange, 76% with this alone, 20% under "turn" alone and 18% in the system message under an explicit
+    "reply with it word for word". The exchange about the approved question stays before the conversation,
+    where it is part of the prompt beginning warmed at start (chatbot/warm.py); this one follows the question and
+    is prefilled with it. The reply is still the model's own greedy reply to its prompt."""
     if layout != "answer" or not approved:
         return []
     return exchange(question, approved[0].answer)

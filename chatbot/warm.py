@@ -42,8 +42,6 @@ def prompt_beginnings(
     ]
     kept, held, previous = [], 0, []
     for ids in beginnings:
-        if ids == previous:  # under the "answer" layout an approved answer's turns begin as its article's
-            continue
         held += len(ids) - common_prefix(ids, previous)  # answers of one article share its chunks
         if held > budget_tokens:
             break

@@ -81,9 +81,11 @@ def service(tmp_path, tokenizer, model, embedder):
 def test_only_approved_answers_enter_the_prompt_by_default(service):
     reply = service.ask(REWORDED)
     text = prompt_text(service, reply.id)
-    # The default layout: the approved answer given to this very question, which is then asked again.
-    assert APPROVED in text and text.count(REWORDED) == 2 and QUESTION not in text
-    assert text.index(REWORDED) < text.index(APPROVED) < text.rindex(REWORDED)
+    # The default layout: an earlier exchange about the approved question, then the approved answer given to this
+    # very question, which is then asked again.
+    assert text.count(APPROVED) == 2 and text.count(REWORDED) == 2 and QUESTION in text
+    assert text.index(QUESTION) < text.index(APPROVED) < text.index(REWORDED) < text.rindex(APPROVED) \
+        < text.rindex(REWORDED)
     assert CANDIDATE not in text and REJECTED not in text
     approved_id = service.cache.list_entries(review="approved").entries[0].id
     assert [use.id for use in reply.stats.grounding] == [approved_id]
@@ -96,13 +98,15 @@ def test_a_run_copied_from_the_approved_answers_place_in_the_prompt_is_credited_
     from decoding import PROMPT_SOURCE, CopiedRun, DecodeResult
 
     turn = service.planner.plan(REWORDED, None, "")
-    place = grounding_places(turn)[0]
-    assert turn.prompt.ids[place.start : place.stop] == list(turn.grounding[0].answer_ids[:-1])
-    inside = CopiedRun(PROMPT_SOURCE, ref_start=place.start + 2, out_start=0, length=5)
-    across = CopiedRun(PROMPT_SOURCE, ref_start=place.stop - 2, out_start=5, length=4)  # into what follows it
+    earlier, again = grounding_places(turn)[0]  # the exchange about its own question, and the answer given again
+    for place in (earlier, again):
+        assert turn.prompt.ids[place.start : place.stop] == list(turn.grounding[0].answer_ids[:-1])
+    inside = CopiedRun(PROMPT_SOURCE, ref_start=again.start + 2, out_start=0, length=5)
+    inside_earlier = CopiedRun(PROMPT_SOURCE, ref_start=earlier.start, out_start=12, length=3)
+    across = CopiedRun(PROMPT_SOURCE, ref_start=again.stop - 2, out_start=5, length=4)  # into what follows it
     before = CopiedRun(PROMPT_SOURCE, ref_start=1, out_start=9, length=3)  # the system prompt
-    result = DecodeResult(tokens=[0] * 12, copied_runs=[inside, across, before])
-    assert copied_by_source(turn, result) == {0: 5, PROMPT_SOURCE: 7}
+    result = DecodeResult(tokens=[0] * 15, copied_runs=[inside, across, before, inside_earlier])
+    assert copied_by_source(turn, result) == {0: 8, PROMPT_SOURCE: 7}
 
 
 def test_all_lets_unreviewed_answers_in_but_never_rejected_ones(service):

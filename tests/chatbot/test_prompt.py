@@ -98,15 +98,17 @@ def test_the_answer_layout_gives_the_approved_answer_to_this_very_question_right
                 ApprovedAnswer("How do I change my email?", "Open Settings > Account > Email.")]
     full = build_prompt(tokenizer, "SYSTEM", "Article", history(2), "I forgot it", 4000, approved, layout="answer")
     roles = [m["role"] for m in full.messages]
-    assert roles == ["system", *["user", "assistant"] * 4, "user"]
-    # The further approved answer is an earlier exchange; the best one is the answer to the question itself,
-    # after the conversation, so that the question is what was last answered.
-    assert [m["content"] for m in full.messages[1:3]] == [approved[1].question, approved[1].answer]
+    assert roles == ["system", *["user", "assistant"] * 5, "user"]
+    # Every approved answer is an earlier exchange about its own question, as under "turn"; the best one is also
+    # the answer to the question itself, after the conversation, so that the question is what was last answered.
+    assert [m["content"] for m in full.messages[1:5]] == [approved[0].question, approved[0].answer,
+                                                          approved[1].question, approved[1].answer]
     assert [m["content"] for m in full.messages[-3:]] == ["I forgot it", approved[0].answer, "I forgot it"]
-    assert approved[0].question not in tokenizer.decode(full.ids) and APPROVED_HEADER not in full.messages[0]["content"]
+    assert APPROVED_HEADER not in full.messages[0]["content"]
     trimmed = build_prompt(tokenizer, "SYSTEM", "Article", history(40), "I forgot it", 600, approved[:1], "answer")
     assert trimmed.dropped_turns > 0 and len(trimmed.ids) <= 600
     assert [m["content"] for m in trimmed.messages[-3:]] == ["I forgot it", approved[0].answer, "I forgot it"]
+    assert trimmed.messages[1]["content"] == approved[0].question
     bare = build_prompt(tokenizer, "SYSTEM", "Article", [], "I forgot it", 4000, (), layout="answer")
     assert [m["role"] for m in bare.messages] == ["system", "user"]
 
@@ -122,5 +124,4 @@ def test_a_prompt_begins_with_the_beginning_warmed_for_its_article_and_approved_
         assert prompt.ids[: len(beginning)] == beginning
         assert len(prompt.ids) > len(beginning) + 5  # the question follows
     other = beginning_ids(tokenizer, "Be brief.", article, (), layout)
-    # Under "answer" the approved answer follows the conversation, so it cannot be part of a shared beginning.
-    assert (other == beginning) == (layout == "answer")
+    assert other != beginning
