@@ -108,12 +108,14 @@ def answered_before(question: str, approved: Sequence[ApprovedAnswer], layout: s
     is asked again; else nothing.
 
     A model asked again what it just answered gives that answer again, so the reply follows staff's text instead
-    of making one up, and LLMA copies most of it. Over the grounded ones of 16 held-out rewordings with the
-    bundled 135M model, 88% of a reply ran in 4-token runs of its approved answer with this after the "turn"
-    exchange, 76% with this alone, 20% under "turn" alone and 18% in the system message under an explicit
-    "reply with it word for word". The exchange about the approved question stays before the conversation,
-    where it is part of the prompt beginning warmed at start (chatbot/warm.py); this one follows the question and
-    is prefilled with it. The reply is still the model's own greedy reply to its prompt."""
+    of making one up, and LLMA copies most of it: with the bundled 135M model, 69% of a grounded reply to 16
+    held-out rewordings was copied from its approved answer, against 22% under "turn" and 10% under "system"
+    (`python -m bench.service --copy-only --layout L`, docs/service/2026-12-02-layouts-epyc). Tried and not kept
+    (4-token runs of the approved answer in the reply, the same rewordings): this exchange without the "turn" one
+    before it, 76% against 88% with it; the answer in the system message under "reply with it word for word", 18%.
+    The exchange about the approved question stays before the conversation, where it is part of the prompt
+    beginning warmed at start (chatbot/warm.py); this one follows the question and is prefilled with it. The
+    reply is still the model's own greedy reply to its prompt."""
     if layout != "answer" or not approved:
         return []
     return exchange(question, approved[0].answer)
