@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 from bench.peers import LlamaCppGreedy
+from chatbot.measure import answer_places, credited_source
 from decoding import (
     AUTO,
     DEFAULT_PREFIX_CACHE_BYTES,
@@ -155,8 +156,17 @@ class Decoder:
     def llma(self, prompt_ids: list[int], references: list[list[int]], policy) -> Decoded:
         options = LlmaOptions(self.max_new_tokens, self.eos_token_id, repetition=self.repetition)
         result = llma_generate(self.model, prompt_ids, references, policy, options, steps=self.steps(prompt_ids))
-        from_first = sum(run.length for run in result.copied_runs if run.source == 0)
-        return Decoded(result.tokens, result.copied_tokens, from_first, result.forward_passes)
+        return Decoded(result.tokens, result.copied_tokens, self.copied_from_first(prompt_ids, references, result),
+                       result.forward_passes)
+
+    def copied_from_first(self, prompt_ids: list[int], references: list[list[int]], result) -> int:
+        """Tokens copied from the first reference (a grounded question's approved answer), from its places in the
+        prompt too, as the chat service credits them (chatbot/measure.py)."""
+        first = list(references[0]) if references else []
+        if first and first[-1] == self.eos_token_id:
+            first = first[:-1]
+        places = {0: answer_places(prompt_ids, first)}
+        return sum(run.length for run in result.copied_runs if credited_source(run, places) == 0)
 
     def llamacpp(self, prompt_ids: list[int]) -> Decoded:
         """llama.cpp's greedy on the same prompt ids: one forward per token, the prefill included."""

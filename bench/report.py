@@ -21,7 +21,7 @@ WORKLOAD_NOTES = {
     "followup": "a follow-up asked as the second turn after the group's first question and its greedy answer; "
     "reference = that earlier answer (it is also in the prompt)",
     "novel": "single-wording groups; references = whatever the cache returns (usually nothing or unrelated answers)",
-    "grounded": "the cache-assisted questions with their group's approved answer in the system message (the "
+    "grounded": "the cache-assisted questions with their group's approved answer in the prompt as the app places it (the "
     "cached first wording's greedy answer, approved); references = that answer first, then the usual cache hits",
     "grounded_staff": "the same, but the approved answers are the shipped staff-written ones (data/)",
 }
@@ -127,13 +127,14 @@ def grounded_intro(grounding: dict) -> str:
         f"{grounding['token_budget']} tokens, " if grounding else ""
     )
     return (
-        "The cache-assisted questions again (no help article), each with its own group's approved answer in the "
-        "system message under the chat service's approved-answer header (the Workloads section says how often the "
+        "The cache-assisted questions again (no help article), each with its own group's approved answer placed "
+        "where the chat service places it (its default prompt layout; the Workloads section says how often the "
         f"service's own lookup, {rule}the chat service's defaults, would have found that answer). LLMA is measured "
         "against greedy on the same prompt (the speedup the product reports) and end to end against greedy on the "
         "plain prompt, run in the same round, so the longer prompt's prefill counts against LLMA. Both are sums of "
         "seconds over all the workload's questions (llma); copied is the mean share of a grounded reply that llma "
-        "copied from the approved answer (its first reference); mismatches count every LLMA method."
+        "copied from the approved answer (its first reference, or its places in the prompt); mismatches count every "
+        "LLMA method."
     )
 
 

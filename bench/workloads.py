@@ -156,7 +156,8 @@ class Workbench:
         approved: list[ApprovedAnswer] | None = None,
     ) -> list[int]:
         system, turns = DEFAULT_SYSTEM_PROMPT, history or []
-        return build_prompt(self.tok, system, article, turns, question, MAX_PROMPT_TOKENS, approved=approved or []).ids
+        return build_prompt(self.tok, system, article, turns, question, MAX_PROMPT_TOKENS, approved=approved or [],
+                            layout=ChatSettings.prompt_layout).ids  # where the app puts approved answers
 
     def store_first_wording(self, question: Question) -> None:
         """Answer a group's first wording with greedy decoding (no article) and cache the answer."""

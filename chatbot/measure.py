@@ -92,11 +92,13 @@ def grounding_places(turn: ChatTurn) -> dict[int, list[range]]:
     LLMA finds a draft in the prompt and in the references alike, so a run copied from the prompt may be the
     approved answer's text: the reply line then says so (under the "answer" layout most of a grounded reply is
     drafted from there)."""
-    places = {}
-    for index, hit in enumerate(turn.references[: len(turn.grounding)]):
-        answer = list(hit.answer_ids[:-1])  # without the end of sequence it ends with
-        places[index] = [range(start, start + len(answer)) for start in find_ids(turn.prompt.ids, answer)]
-    return places
+    return {index: answer_places(turn.prompt.ids, list(hit.answer_ids[:-1]))  # without its end of sequence
+            for index, hit in enumerate(turn.references[: len(turn.grounding)])}
+
+
+def answer_places(prompt_ids: list[int], answer_ids: list[int]) -> list[range]:
+    """Every span of the prompt's token ids that is the answer's."""
+    return [range(start, start + len(answer_ids)) for start in find_ids(prompt_ids, answer_ids)]
 
 
 def credited_source(run: CopiedRun, places: dict[int, list[range]]) -> int:
