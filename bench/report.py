@@ -21,8 +21,8 @@ WORKLOAD_NOTES = {
     "followup": "a follow-up asked as the second turn after the group's first question and its greedy answer; "
     "reference = that earlier answer (it is also in the prompt)",
     "novel": "single-wording groups; references = whatever the cache returns (usually nothing or unrelated answers)",
-    "grounded": "the cache-assisted questions with their group's approved answer in the prompt as the app places it (the "
-    "cached first wording's greedy answer, approved); references = that answer first, then the usual cache hits",
+    "grounded": "the cache-assisted questions with their group's approved answer in the prompt as the app places it "
+    "(the cached first wording's greedy answer, approved); references = that answer first, then the usual cache hits",
     "grounded_staff": "the same, but the approved answers are the shipped staff-written ones (data/)",
 }
 GROUNDED_HEADING = "Grounded workloads (approved answers in the prompt)"
