@@ -9,7 +9,8 @@ from pathlib import Path
 import torch
 
 from bench.peers import LlamaCppGreedy
-from chatbot.measure import answer_places, credited_source
+from chatbot.measure import credited_source
+from chatbot.prompt import answer_places
 from decoding import (
     AUTO,
     DEFAULT_PREFIX_CACHE_BYTES,

@@ -80,29 +80,17 @@ def copied_by_source(turn: ChatTurn, result: DecodeResult) -> dict[int, int]:
     """Tokens copied from each reference index (and PROMPT_SOURCE, OUTPUT_SOURCE), runs from an approved answer's
     place in the prompt credited to that answer."""
     copied: dict[int, int] = {}
-    places = grounding_places(turn)
     for run in result.copied_runs:
-        source = credited_source(run, places)
+        source = credited_source(run, turn.grounding_places)
         copied[source] = copied.get(source, 0) + run.length
     return copied
 
 
-def grounding_places(turn: ChatTurn) -> dict[int, list[range]]:
-    """Where each grounding answer (by reference index) stands in the prompt's token ids, every time it does.
-    LLMA finds a draft in the prompt and in the references alike, so a run copied from the prompt may be the
-    approved answer's text: the reply line then says so (under the "answer" layout most of a grounded reply is
-    drafted from there)."""
-    return {index: answer_places(turn.prompt.ids, list(hit.answer_ids[:-1]))  # without its end of sequence
-            for index, hit in enumerate(turn.references[: len(turn.grounding)])}
-
-
-def answer_places(prompt_ids: list[int], answer_ids: list[int]) -> list[range]:
-    """Every span of the prompt's token ids that is the answer's."""
-    return [range(start, start + len(answer_ids)) for start in find_ids(prompt_ids, answer_ids)]
-
-
 def credited_source(run: CopiedRun, places: dict[int, list[range]]) -> int:
-    """The reference a run is credited to: a prompt run inside a grounding answer's place is that answer's."""
+    """The reference a run is credited to: a prompt run inside a grounding answer's place (ChatTurn.
+    grounding_places) is that answer's. LLMA finds a draft in the prompt and in the references alike, so a run
+    copied from the prompt may be the approved answer's text: the reply line then says so (under the "answer"
+    layout most of a grounded reply is drafted from there)."""
     if run.source == PROMPT_SOURCE:
         for index, ranges in places.items():
             if any(run.ref_start in place and run.ref_start + run.length - 1 in place for place in ranges):
@@ -112,17 +100,7 @@ def credited_source(run: CopiedRun, places: dict[int, list[range]]) -> int:
 
 def used_entries(turn: ChatTurn, result: DecodeResult) -> set[int]:
     """The cache entries the reply copied from, an approved answer's place in the prompt included."""
-    places = grounding_places(turn)
-    return {turn.reference_id(credited_source(run, places)) for run in result.copied_runs} - {None}
-
-
-def find_ids(haystack: list[int], needle: list[int]) -> list[int]:
-    """Every position where `needle` occurs in `haystack`."""
-    if not needle:
-        return []
-    first, size = needle[0], len(needle)
-    return [start for start in range(len(haystack) - size + 1)
-            if haystack[start] == first and haystack[start : start + size] == needle]
+    return {turn.reference_id(credited_source(run, turn.grounding_places)) for run in result.copied_runs} - {None}
 
 
 def reference_uses(turn: ChatTurn, copied: dict[int, int], only: set[int] | None = None) -> tuple[ReferenceUse, ...]:
@@ -135,11 +113,11 @@ def reference_uses(turn: ChatTurn, copied: dict[int, int], only: set[int] | None
 
 def copied_spans(turn: ChatTurn, result: DecodeResult, text_of: Callable[[list[int]], str]) -> list[Span]:
     """The reply's characters that were copied, each labelled with where they came from."""
-    spans, places = [], grounding_places(turn)
+    spans = []
     for run in result.copied_runs:
         start = len(text_of(result.tokens[: run.out_start]))
         end = len(text_of(result.tokens[: run.out_start + run.length]))
-        source = credited_source(run, places)
+        source = credited_source(run, turn.grounding_places)
         entry = turn.reference_id(source)
         label = f"cache:{entry}" if entry is not None else ("reply" if source == OUTPUT_SOURCE else "prompt")
         if end > start:

@@ -172,6 +172,15 @@ def beginning_ids(
     return list(encoded["input_ids"])
 
 
+def answer_places(prompt_ids: list[int], answer_ids: list[int]) -> list[range]:
+    """Every span of a prompt's token ids that holds the answer's."""
+    if not answer_ids:
+        return []
+    first, size = answer_ids[0], len(answer_ids)
+    return [range(start, start + size) for start in range(len(prompt_ids) - size + 1)
+            if prompt_ids[start] == first and prompt_ids[start : start + size] == answer_ids]
+
+
 def _turns_that_do_not_fit(tokenizer, head: list[dict], tail: list[dict], history: list[Message], limit: int) -> int:
     """How many of the oldest turns to leave out, estimated from per-turn token counts (whole pairs)."""
     base = len(encode_messages(tokenizer, [*head, *tail]))

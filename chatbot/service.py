@@ -122,11 +122,10 @@ class ChatService:
         `seed` says otherwise) and measure the cost curve on the step shape the turns run."""
         seed = seed if seed is not None else Seed.shipped()
         cache.seed_if_new(lambda: seed_help_centre(cache, engine.tokenizer, engine.model_id, seed))
-        tuned = settings.for_embedder(cache.embedder_name)
-        cache.warm_match(tuned.match_answers, tuned.lexical_weight > 0)
         typical_steps = engine.steps(256, settings.max_new_tokens)  # its cache sized for a typical prompt
         cost = cost or load_or_measure(engine.model, Path(data_dir) / COST_CURVES_FILE, steps=typical_steps)
         service = cls(engine, cache, settings, cost)
+        cache.warm_match(service.settings.match_answers, service.settings.lexical_weight > 0)  # the model's tuned
         if settings.warm_prefixes:
             service.warm_prefix_cache()
         return service

@@ -2,6 +2,7 @@
 the references LLMA may copy from."""
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from cache import AnswerCache
 from cache.records import Hit
@@ -13,6 +14,7 @@ from .prompt import (
     InputError,
     Message,
     Prompt,
+    answer_places,
     article_in_prompt,
     build_prompt,
     clean_text,
@@ -53,6 +55,13 @@ class ChatTurn:
     @property
     def article_id(self) -> str | None:
         return self.article.id if self.article else None
+
+    @cached_property
+    def grounding_places(self) -> dict[int, list[range]]:
+        """Where each grounding answer (by its reference index) stands in the prompt's token ids, every time it
+        does; found once per turn (the prompt and its grounding are fixed), for the stats of every chunk."""
+        return {index: answer_places(self.prompt.ids, list(hit.answer_ids[:-1]))  # without its end of sequence
+                for index, hit in enumerate(self.references[: len(self.grounding)])}
 
     def reference_id(self, source: int) -> int | None:
         """The cache entry behind a copied run's source index; None for the prompt or the reply itself."""

@@ -94,11 +94,11 @@ def test_only_approved_answers_enter_the_prompt_by_default(service):
 
 
 def test_a_run_copied_from_the_approved_answers_place_in_the_prompt_is_credited_to_it(service):
-    from chatbot.measure import copied_by_source, grounding_places
+    from chatbot.measure import copied_by_source
     from decoding import PROMPT_SOURCE, CopiedRun, DecodeResult
 
     turn = service.planner.plan(REWORDED, None, "")
-    earlier, again = grounding_places(turn)[0]  # the exchange about its own question, and the answer given again
+    earlier, again = turn.grounding_places[0]  # the exchange about its own question, and the answer given again
     for place in (earlier, again):
         assert turn.prompt.ids[place.start : place.stop] == list(turn.grounding[0].answer_ids[:-1])
     inside = CopiedRun(PROMPT_SOURCE, ref_start=again.start + 2, out_start=0, length=5)
