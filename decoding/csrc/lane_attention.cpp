@@ -248,12 +248,10 @@ void run(const at::Tensor& qkv, const at::Tensor& cos, const at::Tensor& sin, c1
   const T* ct = cos.data_ptr<T>();
   const T* st = sin.data_ptr<T>();
   T* o = out.data_ptr<T>();
-  const int64_t rows = first[lanes];
-  // One task per lane and kv head: write that head's keys (rotated) and values of the lane's rows into its
-  // cache, then attend the query heads that share it. A task reads only its own lane's cache.
-  at::parallel_for(0, lanes * kv_heads, 1, [&](int64_t b, int64_t e) {
-    for (int64_t it = b; it < e; ++it) {
-      const int64_t j = it / kv_heads, kvh = it % kv_heads;
+  // First every lane's rows' keys (rotated) and values into its cache: a row attends over the keys of the rows
+  // before it in its own block too, so all are written before any row attends. Little work: no threads.
+  for (int64_t j = 0; j < lanes; ++j)
+    for (int64_t kvh = 0; kvh < kv_heads; ++kvh) {
       T* kc = kp[j] + kvh * cache_len[j] * dim;
       T* vc = vp[j] + kvh * cache_len[j] * dim;
       for (int64_t r = first[j]; r < first[j + 1]; ++r) {
@@ -266,8 +264,29 @@ void run(const at::Tensor& qkv, const at::Tensor& cos, const at::Tensor& sin, c1
           kc[pos * dim + d] = from_f<T>(to_f(kin[d]) * to_f(c[d]) + to_f(kin[(d + half) % dim]) * to_f(s[d]));
         std::copy(vin, vin + dim, vc + pos * dim);
       }
-      attend_group<T>(x, width, first[j], sizes[j], starts[j], heads, group, kvh, dim, window, float(scale), kc, vc,
-                      ct, st, o);
+    }
+  // Then one task per lane, kv head and block of rows: the query heads sharing that kv head, for those rows. One
+  // lane alone (a prefill chunk, one reply's step) has only kv_heads tasks, which 2 threads split 2:1, so its rows
+  // are cut into blocks until there are some 4 tasks a thread. A row's sums are its own whatever rows share its
+  // task (attend_group), so the cut changes no bit.
+  const int64_t threads = at::get_num_threads(), per_part = lanes * kv_heads;
+  const int64_t max_rows = *std::max_element(sizes.begin(), sizes.end());
+  const int64_t parts = std::max<int64_t>(1, std::min((4 * threads + per_part - 1) / per_part,
+                                                      (max_rows + kChunk - 1) / kChunk));
+  struct Task { int64_t lane, kvh, from, to; };
+  std::vector<Task> tasks;
+  for (int64_t j = 0; j < lanes; ++j) {
+    const int64_t block = (sizes[j] + parts - 1) / parts;
+    for (int64_t kvh = 0; kvh < kv_heads; ++kvh)
+      for (int64_t t0 = 0; t0 < sizes[j]; t0 += block) tasks.push_back({j, kvh, t0, std::min(sizes[j], t0 + block)});
+  }
+  at::parallel_for(0, int64_t(tasks.size()), 1, [&](int64_t b, int64_t e) {
+    for (int64_t it = b; it < e; ++it) {
+      const Task& task = tasks[it];
+      const int64_t j = task.lane;
+      attend_group<T>(x, width, first[j] + task.from, task.to - task.from, starts[j] + task.from, heads, group,
+                      task.kvh, dim, window, float(scale), kp[j] + task.kvh * cache_len[j] * dim,
+                      vp[j] + task.kvh * cache_len[j] * dim, ct, st, o);
     }
   });
 }
