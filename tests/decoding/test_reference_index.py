@@ -1,3 +1,5 @@
+import random
+
 import pytest
 
 from decoding import OUTPUT_SOURCE, ReferenceIndex
@@ -74,3 +76,35 @@ def test_duplicate_source_and_bad_settings_are_refused():
         index.add(0, [2])
     with pytest.raises(ValueError):
         ReferenceIndex(max_match_len=0)
+
+
+def _longest_by_brute_force(sources: list[list[int]], query: list[int], max_match_len: int):
+    """The definition, spelled out: the longest suffix of `query` that ends somewhere a token follows; a tie
+    goes to the earlier source, then the earlier position."""
+    for n in range(min(max_match_len, len(query)), 0, -1):
+        for s, tokens in enumerate(sources):
+            for end in range(n - 1, len(tokens) - 1):
+                if tokens[end - n + 1 : end + 1] == query[-n:]:
+                    return s, end + 1, n
+    return None
+
+
+def test_lookup_equals_the_brute_force_definition_on_random_text():
+    rng = random.Random(7)
+    for _ in range(400):
+        vocab = rng.choice([2, 4, 30])
+        sources = [[rng.randrange(vocab) for _ in range(rng.randrange(0, 25))] for _ in range(rng.randrange(1, 4))]
+        max_match_len = rng.choice([1, 3, 12])
+        index = ReferenceIndex(max_match_len=max_match_len)
+        for s, tokens in enumerate(sources[:-1]):
+            index.add(s, tokens)
+        grown = len(sources) - 1  # the last one grows a few tokens at a time, as the reply so far does
+        index.add(grown, [])
+        full, sources[grown] = sources[grown], []
+        for token in full:
+            index.extend(grown, [token])
+            sources[grown].append(token)
+            query = [rng.randrange(vocab) for _ in range(rng.randrange(1, 15))]
+            found = index.find(query)
+            expected = _longest_by_brute_force(sources, query, max_match_len)
+            assert (found and (found.source, found.next_pos, found.match_len)) == expected
