@@ -107,7 +107,8 @@ class Engine:
     def steps(self, prompt_len: int, max_new_tokens: int) -> StepConfig:
         """The shape of every decode forward for this prompt and reply budget (greedy and LLMA alike)."""
         chunk = PREFILL_CHUNK if self.forward == "packed" else None  # transformers' forward prefills in one
-        return sized_steps(self.step_width, prompt_len, max_new_tokens, self.padded_steps, chunk)
+        return sized_steps(self.step_width, prompt_len, max_new_tokens, self.padded_steps, chunk,
+                           cross_granules=self.attention == "kernel")
 
     def describe(self) -> str:
         """The engine line printed at start, e.g. "bfloat16 on cpu, packed forward, 4-wide decode steps (CPU)"."""

@@ -45,6 +45,10 @@ class StepConfig:
     # a bit; and a long prompt's prefill can give way to other replies' steps between its chunks. 64-token
     # chunks cost 7% more than one forward for a 704-token prompt (756 vs 704 ms, AMD EPYC, dense bf16).
     prefill_chunk: int | None = None
+    # Whether a block may cross a key granule: where decode steps attend through the lane kernel, each row attends
+    # over exactly the keys at or before its position whatever the key count (decoding/csrc), so the granule only
+    # split a draft into two forwards where it crossed one (some 2 in 19 forwards of a copied 128-token reply).
+    cross_granules: bool = False
 
     def __post_init__(self) -> None:
         if self.width is not None and not 1 <= self.width <= self.cache_len:
@@ -62,6 +66,8 @@ class StepConfig:
 
     def block_len(self, position: int) -> int:
         """How many inputs the forward starting at `position` takes: W, or fewer so as not to cross a granule."""
+        if self.cross_granules:
+            return self.width
         return min(self.width, self.key_granule - position % self.key_granule)
 
     def prefill_chunks(self, prompt_len: int) -> list[tuple[int, int]]:
@@ -88,6 +94,7 @@ PREFILL_CHUNK = 64  # one key granule: the system prompt alone fills the first c
 
 def sized_steps(
     width: int | None, prompt_len: int, max_new_tokens: int, padded: bool = True, prefill_chunk: int | None = None,
+    cross_granules: bool = False,
 ) -> StepConfig:
     """Steps of `width` with a cache just big enough for this prompt and reply budget, rounded up.
 
@@ -98,7 +105,8 @@ def sized_steps(
     if width is None:
         return ONE_TOKEN_STEPS
     needed = prompt_len + max_new_tokens + width
-    return StepConfig(width, -(-needed // CACHE_GRANULE) * CACHE_GRANULE, padded=padded, prefill_chunk=prefill_chunk)
+    return StepConfig(width, -(-needed // CACHE_GRANULE) * CACHE_GRANULE, padded=padded, prefill_chunk=prefill_chunk,
+                      cross_granules=cross_granules)
 
 
 def verify_in_blocks(

@@ -11,7 +11,7 @@ import random
 import pytest
 import torch
 
-from decoding import PackedLlama
+from decoding import FixedCopyPolicy, LlmaOptions, PackedLlama, StepConfig, greedy_generate, llma_generate
 from decoding.lane_kernel import lane_kernel_refusal
 from decoding.packed import Lane
 
@@ -135,3 +135,21 @@ def test_the_kernel_s_rms_norm_is_f_rms_norm_and_each_row_its_own(dtype):
     assert torch.allclose(got.double(), expected, rtol=1e-2 if dtype == torch.bfloat16 else 1e-5, atol=1e-5)
     alone = torch.cat([torch.ops.llma.rms_norm(x[r : r + 1].contiguous(), weight, 1e-5) for r in range(13)])
     assert torch.equal(alone, got)  # 13 rows run on threads, one row alone does not
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_drafts_across_key_granules_keep_llma_equal_to_greedy_in_fewer_forwards(dtype):
+    """Through the kernel a block may cross a key granule (StepConfig.cross_granules): the reply is greedy's,
+    bit for bit, with the greedy reply itself and junk as references, and a draft is no longer cut in two there."""
+    model = PackedLlama(make_tiny_model("llama", dtype, seed=5), lane_kernel=True)
+    prompt = random_ids(seed=11, n=21)
+    cut, whole = (StepConfig(8, cache_len=256, key_granule=16, cross_granules=cross) for cross in (False, True))
+    greedy = greedy_generate(model, prompt, 80, None, steps=whole).tokens
+    assert greedy == greedy_generate(model, prompt, 80, None, steps=cut).tokens
+    junk = random_ids(seed=12, n=60)
+    passes = {}
+    for steps in (cut, whole):
+        result = llma_generate(model, prompt, [junk, greedy], FixedCopyPolicy(1, 7), LlmaOptions(80), steps=steps)
+        assert result.tokens == greedy
+        passes[steps.cross_granules] = result.forward_passes
+    assert passes[True] < passes[False]
