@@ -69,7 +69,7 @@ class ReplyMeter:
             step_width=turn.steps.width, cache_len=turn.steps.cache_len if turn.steps.width else None,
             padded_steps=turn.steps.padded,
             forward=self.engine.forward, weights=self.engine.weights, prefill_weights=self.engine.prefill_weights,
-            attention=self.engine.attention,
+            attention=self.engine.attention, prefill_attention=self.engine.prefill_attention,
             shared_with=round(sharing.mean_others, 2) if sharing else 0.0,
             prefill_chunk=turn.steps.prefill_chunk or 0, prompt_tokens=len(turn.prompt.ids),
             prompt_reused=result.prompt_reused,

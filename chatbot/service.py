@@ -312,12 +312,12 @@ class ChatService:
             return model
         if stats is None or stats.forward == "transformers":
             return model.source
-        packing = (stats.weights, stats.prefill_weights or stats.weights, stats.attention)
-        if packing != (model.weights, model.prefill_weights, attention_name(model)):
+        packing = (stats.weights, stats.prefill_weights or stats.weights, stats.attention, stats.prefill_attention)
+        if packing != (model.weights, model.prefill_weights, attention_name(model), model.prefill_attention):
             if packing not in self._repacked:
                 self._repacked[packing] = PackedLlama(  # older replies are few: no prompt chunks kept for them
                     model.source, weights=packing[0], prefill_weights=packing[1], prefix_cache_bytes=0,
-                    lane_kernel=packing[2] == "kernel",
+                    lane_kernel=packing[2] == "kernel", prefill_attention=packing[3],
                 )
             return self._repacked[packing]
         return model

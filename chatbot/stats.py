@@ -54,6 +54,7 @@ class ReplyStats:
     weights: str = "dense"  # the packed forward's weight format: "dense" (the dtype; replies before it), int8, int4, q4
     prefill_weights: str = ""  # the format its prompt was prefilled in; "": the same as `weights` (replies before it)
     attention: str = "sdpa"  # how its decode steps attended: "kernel" (decoding/csrc) or "sdpa" (replies before it)
+    prefill_attention: str = "sdpa"  # how its prompt attended: "kernel" or "sdpa" (replies before it)
     shared_with: float = 0.0  # other replies in each of its decode forwards, on average (0: it decoded alone)
     prefill_chunk: int = 0  # its prompt fed in chunks of this many tokens (StepConfig.prefill_chunk); 0: one forward
     prompt_tokens: int = 0

@@ -92,6 +92,11 @@ class Engine:
         return attention_name(self.model)
 
     @property
+    def prefill_attention(self) -> str:
+        """"kernel" or "sdpa": how prompts attend (PackedLlama.prefill_attention); transformers' forward: "sdpa"."""
+        return self.model.prefill_attention if isinstance(self.model, PackedLlama) else "sdpa"
+
+    @property
     def prefill_weights(self) -> str:
         """The weight format prompts are prefilled in (PackedLlama.prefill_weights): dense for every format here."""
         return self.model.prefill_weights if isinstance(self.model, PackedLlama) else "dense"
@@ -120,7 +125,7 @@ class Engine:
         if self.prefill_weights != self.weights:
             weights += f" ({self.prefill_weights} prefill)"
         if self.attention == "kernel":
-            weights += ", lane-kernel attention"
+            weights += ", lane-kernel attention"  # prompts' too (PackedLlama.prefill_attention)
         return f"{where}, {self.forward} forward{weights}, {steps} ({cpu_features().model_name})"
 
 

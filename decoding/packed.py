@@ -212,7 +212,8 @@ class DecoderLayers(torch.nn.Module):
 class KernelDecoderLayers(DecoderLayers):
     """DecoderLayers whose decode steps attend through the lane kernel: one call per layer for every lane
     (decoding/csrc/lane_attention.cpp), each row's bits its own whatever its company, and normalize each row in
-    one pass; prefills keep SDPA and F.rms_norm."""
+    one pass; prefills too, unless the packing prefills through SDPA (PackedLlama.prefill_attention: replies made
+    before prompts moved to the kernel), which then keep SDPA and F.rms_norm."""
 
     def norm(self, x: torch.Tensor, weight: torch.Tensor, prompt: bool) -> torch.Tensor:
         if prompt:
@@ -279,6 +280,7 @@ class PackedLlama:
     def __init__(
         self, model: torch.nn.Module, width_hint: int = 8, weights: str = "dense", prefill_weights: str | None = None,
         prefix_cache_bytes: int = DEFAULT_PREFIX_CACHE_BYTES, lane_kernel: bool | None = None,
+        prefill_attention: str | None = None,
     ) -> None:
         refusal = packing_refusal(model) or format_refusal(weights, model.dtype, model.device)
         if refusal is not None:
@@ -293,6 +295,16 @@ class PackedLlama:
         if weights == "q4" and not lane_kernel:  # one library: its products come with its attention
             raise ValueError("q4 weights decode through the lane kernel; there is no SDPA packing of them")
         self.lane_kernel = lane_kernel
+        # Prompts attend through the lane kernel too where steps do (None: then), with its RMS norm: a 254-token
+        # prompt tail after 448 cached tokens took 306 against 355 ms through SDPA (mean of 8 alternating runs,
+        # AMD EPYC, 2 threads), which spent as long in masks, key copies and small elementwise calls as in
+        # attention. Its bits differ from SDPA's, so it is recorded with every reply (ReplyStats.prefill_attention)
+        # and Verify prefills a reply made before it through SDPA again.
+        self.prefill_attention = prefill_attention or ("kernel" if lane_kernel else "sdpa")
+        if self.prefill_attention not in ("kernel", "sdpa"):
+            raise ValueError(f"prefill attention is kernel or sdpa, not {self.prefill_attention!r}")
+        if self.prefill_attention == "kernel" and not lane_kernel:
+            raise ValueError("prefills attend through the lane kernel only where decode steps do")
         self.source = model
         self.weights = weights  # "dense", "int8", "int4" or "q4" (decoding/weights.py)
         # Prefills run dense whatever the steps' format: the int kernels are made for a few rows, and a prompt of
@@ -323,7 +335,8 @@ class PackedLlama:
             self if self.prefill_weights == weights
             # keeps no chunks itself, and only prefills (SDPA)
             else PackedLlama(model, width_hint, self.prefill_weights, prefix_cache_bytes=0,
-                             lane_kernel=self.prefill_weights == "q4")
+                             lane_kernel=self.prefill_weights == "q4" or self.prefill_attention == "kernel",
+                             prefill_attention=self.prefill_attention)
         )
         # Under int4 and q4 the head stays in the model's dtype (the bundled GGUF stores it, the tied embedding,
         # as Q8_0, which bf16 holds nearly as is): the int8 kernel's cost grows with every row and the dense
@@ -348,7 +361,8 @@ class PackedLlama:
         into `cache`, by the `prefill_weights` packing (the same cache layout in every format). `chunked`: one
         chunk of a chunked prefill, attending over a copy of the keys (StepConfig.prefill_chunk)."""
         lane = Lane(ids, start, cache, key_len)
-        return self._prefiller.forward_lanes([lane], last_only=True, copy_keys=chunked, prompt=True)[0]
+        prompt = self.prefill_attention == "sdpa"  # else the decode steps' path: the lane kernel, with dense products
+        return self._prefiller.forward_lanes([lane], last_only=True, copy_keys=chunked, prompt=prompt)[0]
 
     def new_cache(self, cache_len: int) -> KvCache:
         # Zeros, not empty: masked keys still enter the products, and 0 x NaN would poison a row.

@@ -6,7 +6,8 @@
 // computes each query row's softmax(q k / sqrt(d)) v over exactly the keys at or before its position (within
 // the sliding window, if any). Sums run in fp32, in one fixed order per row: a row's bits depend on its own
 // query and its own lane's keys only, never on how many rows, lanes or threads share the call (SDPA rounds a
-// one-row query unlike the same row among others, and its sums change with the key count). Prefills keep SDPA.
+// one-row query unlike the same row among others, and its sums change with the key count). Prompt chunks attend
+// through it too (PackedLlama.prefill_attention).
 // Built on the machine at first use (decoding/lane_kernel.py) with -march=native: AVX-512 where the CPU has it,
 // plain loops elsewhere; a build is one fixed rule, so a deployment's replies do not change while it runs.
 #include <ATen/ATen.h>

@@ -135,6 +135,29 @@ def test_a_reply_that_attended_through_sdpa_verifies_after_steps_moved_to_the_la
     assert service.verify(before.id).identical and service.verify(after.id).identical
 
 
+def test_a_reply_prefilled_through_sdpa_verifies_after_prompts_moved_to_the_lane_kernel(tmp_path: Path, tokenizer):
+    """Replies from before prompts attended through the lane kernel (stats without prefill_attention) were
+    prefilled through SDPA: Verify prefills them so again, and new replies through the kernel."""
+    if lane_kernel_refusal() is not None:
+        pytest.skip(lane_kernel_refusal())
+    model = make_tiny_llama(vocab_size=len(tokenizer), seed=3).to(torch.bfloat16)
+    settings = ChatSettings(max_new_tokens=12)
+    older = Engine(PackedLlama(model, weights="int4", prefill_attention="sdpa"), tokenizer, "tiny", 4)
+    service = ChatService.open(older, tmp_path, settings=settings, seed=Seed(), cost=CURVE)
+    before = service.ask("How do I reset my password?")
+    assert before.stats.attention == "kernel" and before.stats.prefill_attention == "sdpa"
+    stored_before = {k: v for k, v in before.stats.to_json().items() if k != "prefill_attention"}
+    assert ReplyStats.from_json(stored_before).prefill_attention == "sdpa"  # as replies stored before it
+    engine = build_engine(model, tokenizer, "tiny", StepWidth.parse(4), weights="int4")
+    assert engine.prefill_attention == "kernel"
+    service = ChatService.open(engine, tmp_path, settings=settings, seed=Seed(), cost=CURVE)
+    after = service.ask("Can I change the email address of my account?", session_id="another")
+    assert after.stats.prefill_attention == "kernel" and not after.stats.exact_hit
+    assert service._model_for(before.stats).prefill_attention == "sdpa"
+    assert service._model_for(after.stats) is engine.model
+    assert service.verify(before.id).identical and service.verify(after.id).identical
+
+
 def test_prompts_that_begin_alike_reuse_their_chunks_and_reply_as_computed_whole(tmp_path: Path, tokenizer):
     """The second customer's prompt starts with the first's system prompt: its chunks come from the prefix cache,
     the reply says so, Verify agrees, and a service whose cache is empty gives the very same reply."""

@@ -109,20 +109,24 @@ def test_the_kernel_attends_over_what_sdpa_attends_over(window):
 
 @pytest.mark.parametrize("arch", ["llama", "mistral", "qwen2"])
 def test_packed_steps_through_the_kernel_match_steps_through_sdpa(arch):
-    """The same model's logits either way, to fp32 rounding, and the same prefill (SDPA both)."""
+    """The same model's logits either way, to fp32 rounding, prefills too; a kernel packing that prefills
+    through SDPA (as replies made before prompts moved to the kernel) prefills bit for bit as the SDPA one."""
     overrides = {"sliding_window": 7} if arch == "mistral" else {}
     source = make_tiny_model(arch, torch.float32, seed=2, **overrides)
     by_kernel, by_sdpa = PackedLlama(source, lane_kernel=True), PackedLlama(source, lane_kernel=False)
+    steps_only = PackedLlama(source, lane_kernel=True, prefill_attention="sdpa")
     assert by_kernel.lane_kernel and not by_sdpa.lane_kernel
+    assert (by_kernel.prefill_attention, by_sdpa.prefill_attention) == ("kernel", "sdpa")
     ids = torch.tensor(random_ids(seed=3, n=50))
     results = []
-    for model in (by_kernel, by_sdpa):
+    for model in (by_kernel, by_sdpa, steps_only):
         cache = model.new_cache(128)
         prefill = model.prefill(ids[:40], 0, cache, 64, chunked=False)
         step = model.forward_lanes([Lane(ids[40:], 40, cache, 64)])[0]
         results.append((prefill, step))
-    assert torch.equal(results[0][0], results[1][0])
+    assert torch.allclose(results[0][0], results[1][0], atol=1e-4, rtol=1e-4)
     assert torch.allclose(results[0][1], results[1][1], atol=1e-4, rtol=1e-4)
+    assert torch.equal(results[2][0], results[1][0])
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])

@@ -346,7 +346,9 @@ def test_int_formats_prefill_dense_and_their_old_packing_prefills_in_its_own_for
         cache = packed.new_cache(128)
         return packed.prefill(ids, 0, cache, 64, chunked=False), cache.keys[-1][:, :, :40]
 
-    dense, own = PackedLlama(model), PackedLlama(model, weights=weights, prefill_weights=weights)
+    # the old packing as its replies were made: prompts in its own format, through SDPA
+    dense = PackedLlama(model)
+    own = PackedLlama(model, weights=weights, prefill_weights=weights, prefill_attention="sdpa")
     new = PackedLlama(model, weights=weights)
     assert new.prefill_weights == "dense" and own.prefill_weights == weights
     assert all(torch.equal(a, b) for a, b in zip(prefilled(new), prefilled(dense), strict=True))
