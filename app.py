@@ -167,8 +167,8 @@ def main() -> None:
     except InputError as err:
         _fail(f"CHATBOT_ADMIN_PASSWORD: {err}")
     print(_announcement(bootstrap, "CHATBOT_ADMIN_PASSWORD"), flush=True)
-    if service.scheduler is not None:  # its thread alone computes on several cores; the server's on one
-        torch.set_num_threads(1)
+    # The scheduler's thread alone computes on several cores; the server's threads go to one as they first embed or
+    # pick tokens (decoding/threads.py: not torch.set_num_threads, whose process-wide state slows the scheduler).
     print(f"Engine: {service.describe()}", flush=True)
     if service.warm_queued:
         print(f"Warm-up: {service.warm_queued} help-centre prompt beginnings go into the prefix cache while idle",

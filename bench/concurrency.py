@@ -135,7 +135,7 @@ def run_round(
         try:
             torch.set_num_threads(threads)
             service = in_passing_thread(lambda: started(engine, cache, data_dir, settings, warmed))
-            torch.set_num_threads(1 if service.scheduler is not None else threads)  # the customers' threads
+            # the customers' threads go to one core as they ask while the scheduler's computes (decoding/threads.py)
             ask = ask_in_turn if mode == ONE_AT_A_TIME else ask_at_once
             seconds, answered = ask(service, questions, each)
         finally:

@@ -10,6 +10,11 @@ the question is decoded once more with greedy alone, grounding off and no refere
 to end speedup. Rewordings come from the half of the groups that bench.retrieval never tuned on (`--half`);
 questions of groups with no approved answer (novel ones, topics nothing covers) must stay ungrounded.
 The retrieval-only curve over the threshold (no decoding) comes from bench.retrieval on the same half.
+Threads as `make run` has them (decoding/threads.py): the model loads and the service starts in passing threads,
+the scheduler's thread alone computes on several cores, and every decode (the reply, Verify, plain greedy) runs
+through it; questions are embedded on one core. A second thread with a team of its own (this script's asking
+thread, as it was before) made a one-row step 1.6x dearer (8.6 against 13.8 ms, AMD EPYC), and plain greedy's
+hundred steps more than LLMA's twenty.
 """
 
 import argparse
@@ -32,7 +37,8 @@ from chatbot import ChatService, ChatSettings, Seed, Verification
 from chatbot.prompt import LAYOUTS
 from chatbot.service import open_cache
 from data import Question, group_questions, load_questions, load_staff_answers
-from decoding import DEFAULT_PREFIX_CACHE_BYTES, PackedLlama, greedy_generate
+from decoding import DEFAULT_PREFIX_CACHE_BYTES, LlmaOptions, PackedLlama, greedy_generate, in_passing_thread
+from decoding.scheduler import scheduled_greedy
 
 WARM_NOTES = {False: "prompt beginnings warmed at start, as `make run` does", True: "no prompt warm-up (--cold)"}
 OWN_NOTE = "; the model's own grounded first replies approved in place of the staff-written answers"
@@ -65,12 +71,18 @@ def select(questions: list[Question], half: str, covered: set[str], limit: int, 
 
 
 def plain_greedy(service: ChatService, question: str) -> tuple[float, int]:
-    """Seconds and tokens of greedy decoding on the prompt with grounding off (the article stays)."""
+    """Seconds and tokens of greedy decoding on the prompt with grounding off (the article stays), through the
+    scheduler as the app decodes (on the model itself where there is none)."""
     off = service.with_settings(grounding="off")
     turn = off.planner.plan(question, None, "")
+    budget, eos = service.settings.max_new_tokens, service.tokenizer.eos_token_id
     start = time.perf_counter()
-    result = greedy_generate(service.engine.model, turn.prompt.ids, service.settings.max_new_tokens,
-                             service.tokenizer.eos_token_id, steps=turn.steps, repetition=service.rule)
+    if service.scheduler is not None:
+        options = LlmaOptions(budget, eos, repetition=service.rule)
+        result = scheduled_greedy(service.scheduler, turn.prompt.ids, options, turn.steps)
+    else:
+        result = greedy_generate(service.engine.model, turn.prompt.ids, budget, eos, steps=turn.steps,
+                                 repetition=service.rule)
     return time.perf_counter() - start, len(result.tokens)
 
 
@@ -166,12 +178,12 @@ def main(argv: list[str] | None = None) -> None:
                             embedding_model=args.embedding_model, warm_prefixes=not args.cold)
     # The prefix cache holds what the start-up warm-up put there and nothing else whenever a decode starts: the
     # reply, its greedy rerun and plain greedy each prefill the rest of their own prompt.
-    engine = app_engine(prefix_cache_bytes=0 if args.cold else DEFAULT_PREFIX_CACHE_BYTES)
+    engine = in_passing_thread(lambda: app_engine(prefix_cache_bytes=0 if args.cold else DEFAULT_PREFIX_CACHE_BYTES))
     print(f"Engine: {engine.describe()}", flush=True)
     with tempfile.TemporaryDirectory(prefix="service-") as data_dir:
         cache = open_cache(data_dir, None, settings.max_entries, settings.embedding_model)
-        service = ChatService.start(engine, cache, data_dir, settings, Seed.shipped())
-        if service.scheduler is not None:
+        service = in_passing_thread(lambda: ChatService.start(engine, cache, data_dir, settings, Seed.shipped()))
+        if service.scheduler is not None:  # its thread alone computes on several cores, as in app.py
             service.scheduler.wait_warm()
         prefixes = engine.model.prefixes if isinstance(engine.model, PackedLlama) else None
         warmed = prefixes.snapshot() if prefixes is not None else None
@@ -195,6 +207,7 @@ def main(argv: list[str] | None = None) -> None:
             f"placed as `{args.layout}`; {WARM_NOTES[args.cold]}"
             f"{OWN_NOTE if args.approve_own else ''}{'; times not measured (--copy-only)' if args.copy_only else ''}.")
     if not args.copy_only:
+        torch.set_num_threads(args.threads)  # no decode is timed any more
         embedder = Embedder.named(args.embedding_model)
         _, _, points, _ = measure_retrieval(0, embedder, settings.for_embedder(embedder.name))
         body += ("\n\n### Retrieval alone over the threshold (all held-out rewordings, no confirmed wordings, no "

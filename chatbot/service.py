@@ -32,6 +32,7 @@ from decoding import (
     llma_stream,
     load_model,
     load_or_measure,
+    one_core_here,
     scheduled_greedy,
     scheduled_llma_stream,
 )
@@ -347,7 +348,12 @@ def open_scheduler(engine: Engine, max_concurrent_replies: int) -> Scheduler | N
 def open_cache(data_dir: str | Path, db_url: str | None, max_entries: int, embedding_model: str) -> AnswerCache:
     """The answer cache with the embedding model it indexes questions with (a name or a folder)."""
     embedder = Embedder.named(embedding_model)
+
+    def embed(texts: list[str]):
+        one_core_here()  # while the scheduler's thread computes on several cores (decoding/threads.py)
+        return embedder.embed(texts)
+
     return AnswerCache.open(
-        Path(data_dir), embed=embedder.embed, dim=embedder.dim, url=db_url, max_entries=max_entries,
+        Path(data_dir), embed=embed, dim=embedder.dim, url=db_url, max_entries=max_entries,
         embedder_name=embedder.name,
     )

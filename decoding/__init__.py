@@ -40,7 +40,7 @@ from .steps import (
     sized_steps,
     verify_in_blocks,
 )
-from .threads import in_passing_thread
+from .threads import in_passing_thread, one_core_here
 
 __all__ = [
     "AUTO",
@@ -54,6 +54,7 @@ __all__ = [
     "build_engine",
     "check_lossless",
     "in_passing_thread",
+    "one_core_here",
     "load_engine",
     "ONE_TOKEN_STEPS",
     "UNKNOWN",

@@ -35,6 +35,7 @@ from .packed import Lane, PackedLlama, PackedRunner
 from .policy import CopyPolicy, FixedCopyPolicy, SharedForwardPolicy
 from .result import Chunk, DecodeResult, check_inputs
 from .steps import StepConfig
+from .threads import computes_on_several_cores, stops_computing
 
 logger = logging.getLogger(__name__)
 
@@ -218,12 +219,14 @@ class Scheduler:
         # thread's first call, and would undo the size set here then: so that call comes first.
         torch.get_num_threads()
         torch.set_num_threads(self._threads)
+        computes_on_several_cores()
         started.set()
         while True:
             with self._changed:
                 while not (self._closed or self._prefills or self._round_ready() or self._idle_warm()):
                     self._changed.wait(self._gather_left())
                 if self._closed:
+                    stops_computing()
                     return
                 prefill = self._prefills[0] if self._prefills else None
                 steps, self._steps = (self._steps, []) if self._round_ready() else ([], self._steps)

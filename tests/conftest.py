@@ -88,6 +88,16 @@ def make_tiny_llama(seed: int = 0, vocab_size: int = 64) -> LlamaForCausalLM:
     return LlamaForCausalLM(config).eval()
 
 
+@pytest.fixture(autouse=True)
+def _threads_as_they_were():
+    """A test that started a service leaves its scheduler's thread running, and a thread that asked it is on one
+    core then (decoding/threads.py): the next test's main thread computes on the cores it had."""
+    before = torch.get_num_threads()
+    yield
+    if torch.get_num_threads() != before:
+        torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="session")
 def tiny_model() -> LlamaForCausalLM:
     return make_tiny_llama()

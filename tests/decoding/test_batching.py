@@ -32,7 +32,7 @@ from decoding.batch_probe import shared_forward_mismatches, short_block_mismatch
 from decoding.lane_kernel import lane_kernel_refusal
 from decoding.packed import Lane
 from decoding.scheduler import Scheduler, Sharing, scheduled_llma_stream
-from decoding.threads import in_passing_thread
+from decoding.threads import in_passing_thread, one_core_here
 from decoding.weights import q4_refusal
 from tests.threads import run_at_once
 
@@ -329,22 +329,30 @@ def test_bundled_bf16_replies_in_company_equal_the_replies_alone():
         scheduler.close()
 
 
-def test_the_scheduler_thread_computes_on_its_creators_cores_whatever_later_threads_are_given():
-    """app.py starts the service, then puts every later thread on one core (decoding/threads.py)."""
+def test_the_scheduler_thread_computes_on_its_creators_cores_and_other_threads_work_on_one():
+    """app.py starts the service in a passing thread; while the scheduler's thread computes on several cores, other
+    threads' torch work (embedding, picking tokens) runs on one in their own OpenMP setting, and torch's
+    process-wide default stays as it was (decoding/threads.py)."""
     model = PackedLlama(make_tiny_model("llama", torch.float32))
     before = torch.get_num_threads()
 
     def threads_there():
         yield torch.tensor(torch.get_num_threads())
 
+    def asking() -> int:
+        one_core_here()
+        return torch.get_num_threads()
+
     try:
         torch.set_num_threads(2)
+        assert in_passing_thread(asking) == 2  # no scheduler computes: nothing changes
         scheduler = in_passing_thread(lambda: Scheduler(model, max_slots=2))
-        torch.set_num_threads(1)
-        assert in_passing_thread(torch.get_num_threads) == 1  # a thread started now: one core
+        assert in_passing_thread(asking) == 1  # an asking thread: its own setting
+        assert in_passing_thread(torch.get_num_threads) == 2  # a thread started now: torch's default, untouched
         assert scheduler.prefill(threads_there()).item() == 2
         with pytest.raises(ZeroDivisionError):
             in_passing_thread(lambda: 1 / 0)  # an error comes back to the caller
         scheduler.close()
+        assert in_passing_thread(asking) == 2  # closed: none computes on several cores any more
     finally:
         torch.set_num_threads(before)
