@@ -2,7 +2,8 @@
 ("own") or on a Scheduler's thread, after the main thread did one of: nothing ("sched2"), torch.set_num_threads(1)
 ("sched", as app.py did), torch.set_num_threads(1) then (2) ("sched_12"), torch.set_num_threads(1) from another
 thread ("sched_other"), or only its own OpenMP setting to 1 through libgomp ("sched_omp2", as
-decoding/threads.one_core_here does). Run from the repository root: python docs/service/2026-12-02-threads/scheduler_prefill.py MODE
+decoding/threads.one_core_here does). From the repository root:
+    python docs/service/2026-12-02-threads/scheduler_prefill.py MODE
 """
 import sys, time, torch, threading
 sys.path.insert(0, ".")
