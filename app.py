@@ -26,6 +26,7 @@ from decoding import (
     StepWidth,
     check_lossless,
     in_passing_thread,
+    one_core_here,
     pick_device,
     pick_dtype,
 )
@@ -168,7 +169,9 @@ def main() -> None:
         _fail(f"CHATBOT_ADMIN_PASSWORD: {err}")
     print(_announcement(bootstrap, "CHATBOT_ADMIN_PASSWORD"), flush=True)
     # The scheduler's thread alone computes on several cores; the server's threads go to one as they first embed or
-    # pick tokens (decoding/threads.py: not torch.set_num_threads, whose process-wide state slows the scheduler).
+    # pick tokens (decoding/threads.py: not torch.set_num_threads, whose process-wide state slows the scheduler), and
+    # so does this one, which computes nothing more (its setting at 2 measured a tenth slower prefills there).
+    one_core_here()
     print(f"Engine: {service.describe()}", flush=True)
     if service.warm_queued:
         print(f"Warm-up: {service.warm_queued} help-centre prompt beginnings go into the prefix cache while idle",
