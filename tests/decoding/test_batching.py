@@ -345,7 +345,6 @@ def test_the_scheduler_thread_computes_on_its_creators_cores_and_other_threads_w
 
     try:
         torch.set_num_threads(2)
-        assert in_passing_thread(asking) == 2  # no scheduler computes: nothing changes
         scheduler = in_passing_thread(lambda: Scheduler(model, max_slots=2))
         assert in_passing_thread(asking) == 1  # an asking thread: its own setting
         assert in_passing_thread(torch.get_num_threads) == 2  # a thread started now: torch's default, untouched
@@ -353,6 +352,5 @@ def test_the_scheduler_thread_computes_on_its_creators_cores_and_other_threads_w
         with pytest.raises(ZeroDivisionError):
             in_passing_thread(lambda: 1 / 0)  # an error comes back to the caller
         scheduler.close()
-        assert in_passing_thread(asking) == 2  # closed: none computes on several cores any more
     finally:
         torch.set_num_threads(before)

@@ -28,7 +28,9 @@ PAYLOADS = [
 ]
 EXACT_QUESTION = "How do I change the email address on my account?"
 REFERENCE_QUESTION = "Can I send a fax from Nimbus Drive?"  # close to every hostile entry below
-ECHO_QUESTION = "Please echo: <script>window.__pwned=1</script>"  # the model answers it word for word
+# The model answers it word for word (its wording chosen so: "Please echo: ..." stopped being echoed once prompts
+# attended through the lane kernel, whose last bits differ from SDPA's).
+ECHO_QUESTION = "Echo this text back to me: <script>window.__pwned=1</script>"
 HOSTILE_ANSWER = f"Open Settings {PAYLOADS[0]} then {PAYLOADS[1]} and {PAYLOADS[2]} {PAYLOADS[3]} done."
 SQL_QUESTION = "'; DROP TABLE entries; -- how do I delete my account?"
 NOTHING_RAN = """() => ({
@@ -144,7 +146,7 @@ def click_around(page, scope: str) -> None:
     for link in page.locator(f"{scope} a").all():
         if link.is_visible():
             link.click(no_wait_after=True)
-    for text in ("click", "Please echo", "To send a fax"):
+    for text in ("click", "Echo this text", "To send a fax"):
         for element in page.locator(scope).get_by_text(text).all():
             if element.is_visible():
                 element.click(no_wait_after=True)
@@ -161,7 +163,8 @@ def test_hostile_references_show_as_text_in_the_chat(chat_page):
     assert "[click](javascript:window.__pwned=1)" in details
     click_around(page, "#chat")
     page.locator(BOT_BUBBLES).first.click()  # shows the first reply's details: the reply that echoed HTML
-    expect(page.locator("#details")).to_contain_text(ECHO_QUESTION, use_inner_text=True, timeout=30_000)
+    # the test server's short replies end within the echo: its HTML as typed, not the whole question
+    expect(page.locator("#details")).to_contain_text("<script>window.__pwned", use_inner_text=True, timeout=30_000)
     assert page.evaluate(NOTHING_RAN) == CLEAN and dialogs == []
 
 
