@@ -37,8 +37,7 @@ from chatbot import ChatService, ChatSettings, Seed, Verification
 from chatbot.prompt import LAYOUTS
 from chatbot.service import open_cache
 from data import Question, group_questions, load_questions, load_staff_answers
-from decoding import DEFAULT_PREFIX_CACHE_BYTES, LlmaOptions, PackedLlama, greedy_generate, in_passing_thread
-from decoding.scheduler import scheduled_greedy
+from decoding import DEFAULT_PREFIX_CACHE_BYTES, PackedLlama, in_passing_thread
 
 WARM_NOTES = {False: "prompt beginnings warmed at start, as `make run` does", True: "no prompt warm-up (--cold)"}
 OWN_NOTE = "; the model's own grounded first replies approved in place of the staff-written answers"
@@ -75,14 +74,8 @@ def plain_greedy(service: ChatService, question: str) -> tuple[float, int]:
     scheduler as the app decodes (on the model itself where there is none)."""
     off = service.with_settings(grounding="off")
     turn = off.planner.plan(question, None, "")
-    budget, eos = service.settings.max_new_tokens, service.tokenizer.eos_token_id
     start = time.perf_counter()
-    if service.scheduler is not None:
-        options = LlmaOptions(budget, eos, repetition=service.rule)
-        result = scheduled_greedy(service.scheduler, turn.prompt.ids, options, turn.steps)
-    else:
-        result = greedy_generate(service.engine.model, turn.prompt.ids, budget, eos, steps=turn.steps,
-                                 repetition=service.rule)
+    result = service.greedy(turn.prompt.ids, service.settings.max_new_tokens, turn.steps, service.rule)
     return time.perf_counter() - start, len(result.tokens)
 
 

@@ -23,8 +23,10 @@ from decoding import (
     FixedCopyPolicy,
     LlmaOptions,
     PackedLlama,
+    RepetitionRule,
     Scheduler,
     Sharing,
+    StepConfig,
     StepWidth,
     attention_name,
     build_engine,
@@ -292,7 +294,13 @@ class ChatService:
         """Greedy decoding of a stored reply's prompt on the forward, step shape and rule it was decoded with."""
         steps = stats.steps() if stats else ONE_TOKEN_STEPS
         rule = stats.rule() if stats else REPETITION_OFF
-        model, eos = self._model_for(stats), self.tokenizer.eos_token_id
+        return self.greedy(prompt_ids, budget, steps, rule, self._model_for(stats))
+
+    def greedy(
+        self, prompt_ids: list[int], budget: int, steps: StepConfig, rule: RepetitionRule, model=None,
+    ) -> DecodeResult:
+        """Greedy decoding on `model` (the engine's forward by default), through the scheduler where it owns it."""
+        model, eos = model if model is not None else self.engine.model, self.tokenizer.eos_token_id
         if self.scheduler is not None and model is self.scheduler.model:
             return scheduled_greedy(self.scheduler, prompt_ids, LlmaOptions(budget, eos, repetition=rule), steps)
         with self._model_lock:
