@@ -39,6 +39,12 @@ def cpu_features(cpuinfo: Path = Path("/proc/cpuinfo")) -> CpuFeatures:
     return CpuFeatures(name, tuple(flag for flag in REPORTED_CPU_FLAGS if flag in flags))
 
 
+def onednn_has_bf16() -> bool:
+    """Whether oneDNN runs bf16 products on this CPU (AVX-512 BW/VL/DQ or AVX-NE-CONVERT): its prepacked weights
+    refuse bf16 elsewhere, where bf16 is emulated anyway."""
+    return torch.backends.mkldnn.is_available() and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
 def pick_device(setting: str = "auto") -> torch.device:
     """"auto" is CUDA when a GPU is visible, else the CPU; "cpu" or "cuda" are taken as said."""
     if setting == "auto":

@@ -23,6 +23,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
+from .hardware import onednn_has_bf16
 from .lane_kernel import lane_kernel_refusal
 from .prefix_cache import PrefixCache
 from .steps import StepConfig
@@ -313,7 +314,9 @@ class PackedLlama:
         # of replies made before (ReplyStats.prefill_weights).
         self.prefill_weights = prefill_weights or "dense"
         self.config, self.device, self.dtype = model.config, model.device, model.dtype
-        self._onednn = model.device.type == "cpu"
+        # oneDNN's prepacked products, where it has kernels for the dtype: on a CPU without AVX-512 its bf16 path
+        # refuses, and bf16 products run through ATen's own (slower than fp32 there; pick_dtype picks fp32).
+        self._onednn = model.device.type == "cpu" and (model.dtype != torch.bfloat16 or onednn_has_bf16())
         self._width_hint = width_hint
         cfg, inner = model.config, model.model
         attn = inner.layers[0].self_attn

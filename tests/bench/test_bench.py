@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from report_helpers import cell_value, sections, tables
 
 from bench.__main__ import parse_args
@@ -15,9 +16,12 @@ from bench.report import GROUNDED_HEADING
 from bench.results import GROUNDED_WORKLOADS, load
 from bench.workloads import WORKLOADS, select_questions
 from data import Question
+from decoding.hardware import pick_dtype
 from tests.threads import TEST_THREADS
 
 ROOT = Path(__file__).resolve().parents[2]
+# The bench in an int format where the machine decodes in bf16 (int formats need it), dense where it decodes in fp32
+WEIGHTS = "int4" if pick_dtype("auto", "cpu") == torch.bfloat16 else "dense"
 
 QUESTIONS = [
     {"group": "forgot-password", "question": "How do I reset my password?", "article": "reset"},
@@ -51,7 +55,7 @@ def bench_run(tmp_path_factory) -> Path:
     articles.write_text(json.dumps(ARTICLES))
     bench("--workload", str(workload), "--articles", str(articles), "--out", str(out), "--limit", "1",
           "--max-new-tokens", "16", "--step-width", "4",  # a given width: its measurement is test_packed.py's
-          "--weights", "int4", "--no-peers", "--threads", str(TEST_THREADS))
+          "--weights", WEIGHTS, "--no-peers", "--threads", str(TEST_THREADS))
     return out
 
 

@@ -1,5 +1,6 @@
-"""The configuration `make run` uses on a bf16-capable CPU: the bundled model in bfloat16 on the packed forward,
-in each weight format and at each width the engine may choose. transformers' forward in bfloat16, which runs
+"""The configuration `make run` uses on this machine: the bundled model in the dtype it picks (bfloat16 where the
+CPU has bf16 kernels, else float32) on the packed forward, in each weight format and at each width the engine
+may choose (the int formats need bfloat16). transformers' forward in bfloat16, which runs
 for architectures the packed forward does not cover (never for the bundled Llama), is checked on those
 architectures in test_invariance.py."""
 
@@ -19,6 +20,7 @@ from decoding import (
     pack_model,
 )
 from decoding.batch_probe import short_blocks_keep_their_bits
+from decoding.hardware import pick_dtype
 
 from .invariance import differing_positions
 from .test_bundled_model import QUESTIONS, chat_ids
@@ -30,34 +32,36 @@ FLAT = CostCurve(sizes=(8,), seconds=(0.04,), step_width=8)
 
 # (weights, width): every width in STEP_WIDTHS for dense weights; the int formats, whose steps grow dearer with
 # their rows, at the narrower widths (int4 chose W=2 on an Intel Xeon without AMX, where 4 int8 rows cost 1.3x one).
-SHAPES = [("dense", w) for w in (2, 4, 8, 16)] + [("int8", 2), ("int4", 2), ("int4", 4)]
+DTYPE = pick_dtype("auto", "cpu")
+INT_SHAPES = [("int8", 2), ("int4", 2), ("int4", 4)] if DTYPE == torch.bfloat16 else []
+SHAPES = [("dense", w) for w in (2, 4, 8, 16)] + INT_SHAPES
 
 
 @pytest.fixture(scope="module")
-def bundled_bf16_model():
-    return load_model(dtype=torch.bfloat16)
+def bundled_model():
+    return load_model(dtype=DTYPE)
 
 
 @pytest.fixture(scope="module")
-def packed_bf16(bundled_bf16_model):
+def packed_as_run(bundled_model):
     packed = {}  # by weight format, packed when first asked for
 
     def in_format(weights: str):
         if weights not in packed:
-            packed[weights] = pack_model(bundled_bf16_model[0], weights=weights)
+            packed[weights] = pack_model(bundled_model[0], weights=weights)
         return packed[weights]
 
     return in_format
 
 
 @pytest.fixture(params=SHAPES, ids=[f"packed-{weights}-w{width}" for weights, width in SHAPES])
-def bundled_bf16(request, bundled_bf16_model, packed_bf16):
+def bundled_as_run(request, bundled_model, packed_as_run):
     weights, width = request.param
-    return packed_bf16(weights), bundled_bf16_model[1], StepConfig(width=width)
+    return packed_as_run(weights), bundled_model[1], StepConfig(width=width)
 
 
-def test_logits_are_bit_identical_in_every_row_of_a_block(bundled_bf16):
-    model, tokenizer, steps = bundled_bf16
+def test_logits_are_bit_identical_in_every_row_of_a_block(bundled_as_run):
+    model, tokenizer, steps = bundled_as_run
     text = " ".join(f"Q: {q} A: Open Settings, then Security, and follow the steps shown." for q in QUESTIONS * 4)
     ids = tokenizer(text)["input_ids"][:300]  # positions grow past several hundred tokens
     assert len(ids) == 300
@@ -67,9 +71,9 @@ def test_logits_are_bit_identical_in_every_row_of_a_block(bundled_bf16):
     assert differing_positions(model, ids, 230, steps, shifts) == []
 
 
-def test_llma_equals_fixed_width_decoding_under_the_apps_rule_with_hostile_references(bundled_bf16):
+def test_llma_equals_fixed_width_decoding_under_the_apps_rule_with_hostile_references(bundled_as_run):
     """The app's decoding rule (DRY and the stop rule) decoded step by step, and LLMA under it, agree."""
-    model, tokenizer, steps = bundled_bf16
+    model, tokenizer, steps = bundled_as_run
     eos = tokenizer.eos_token_id
     rule = RECOMMENDED_REPETITION_RULE.for_tokenizer(eos, tokenizer)  # the app's, its grounded numbers included
     i = steps.width.bit_length() % 2  # one question per width, both questions over the widths
@@ -83,12 +87,13 @@ def test_llma_equals_fixed_width_decoding_under_the_apps_rule_with_hostile_refer
             assert out.tokens == answer, (references, policy)
 
 
+@pytest.mark.skipif(not INT_SHAPES, reason="int formats need bfloat16, which this CPU has no kernels for")
 @pytest.mark.parametrize(("weights", "width"), [("int8", 2), ("int4", 2), ("int4", 4)])
-def test_unpadded_short_blocks_give_the_padded_replies_where_the_probe_allows(packed_bf16, bundled_bf16_model,
+def test_unpadded_short_blocks_give_the_padded_replies_where_the_probe_allows(packed_as_run, bundled_model,
                                                                               weights, width):
     """Where the start-up probe finds that a row keeps its bits in a shorter block (the int kernels on the
     Xeons), the engine runs greedy steps and short drafts unpadded: the replies must be the padded ones."""
-    model, tokenizer = packed_bf16(weights), bundled_bf16_model[1]
+    model, tokenizer = packed_as_run(weights), bundled_model[1]
     if not short_blocks_keep_their_bits(model, width):
         pytest.skip("this CPU's kernels change a row's bits with the block's length: its steps stay padded")
     eos = tokenizer.eos_token_id

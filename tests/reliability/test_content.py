@@ -154,7 +154,7 @@ def click_around(page, scope: str) -> None:
 
 
 @pytest.mark.browser
-def test_hostile_references_show_as_text_in_the_chat(chat_page):
+def test_hostile_references_show_as_text_in_the_chat(server, chat_page):
     page, dialogs = chat_page
     details = page.locator("#details").inner_text()
     print(f"details panel: {details[:600]!r}")
@@ -163,8 +163,11 @@ def test_hostile_references_show_as_text_in_the_chat(chat_page):
     assert "[click](javascript:window.__pwned=1)" in details
     click_around(page, "#chat")
     page.locator(BOT_BUBBLES).first.click()  # shows the first reply's details: the reply that echoed HTML
-    # the test server's short replies end within the echo: its HTML as typed, not the whole question
-    expect(page.locator("#details")).to_contain_text("<script>window.__pwned", use_inner_text=True, timeout=30_000)
+    served = [r["answer"] for r in replies_table(server.data_dir).values() if r["question"] == ECHO_QUESTION]
+    if "<script>" in served[0]:  # the model echoed it (in bf16 it does; in fp32, on CPUs without bf16, it did not)
+        # the test server's short replies end within the echo: its HTML as typed, not the whole question
+        expect(page.locator("#details")).to_contain_text("<script>window.__pwned", use_inner_text=True,
+                                                         timeout=30_000)
     assert page.evaluate(NOTHING_RAN) == CLEAN and dialogs == []
 
 
