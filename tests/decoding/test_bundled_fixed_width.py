@@ -33,8 +33,9 @@ FLAT = CostCurve(sizes=(8,), seconds=(0.04,), step_width=8)
 # (weights, width): every width in STEP_WIDTHS for dense weights; the int formats, whose steps grow dearer with
 # their rows, at the narrower widths (int4 chose W=2 on an Intel Xeon without AMX, where 4 int8 rows cost 1.3x one).
 DTYPE = pick_dtype("auto", "cpu")
-INT_SHAPES = [("int8", 2), ("int4", 2), ("int4", 4)] if DTYPE == torch.bfloat16 else []
-SHAPES = [("dense", w) for w in (2, 4, 8, 16)] + INT_SHAPES
+INT_SHAPES = [("int8", 2), ("int4", 2), ("int4", 4)]
+NO_INT = pytest.mark.skipif(DTYPE != torch.bfloat16, reason="int formats need bfloat16 (no kernels here)")
+SHAPES = [("dense", w) for w in (2, 4, 8, 16)] + (INT_SHAPES if DTYPE == torch.bfloat16 else [])
 
 
 @pytest.fixture(scope="module")
@@ -87,8 +88,8 @@ def test_llma_equals_fixed_width_decoding_under_the_apps_rule_with_hostile_refer
             assert out.tokens == answer, (references, policy)
 
 
-@pytest.mark.skipif(not INT_SHAPES, reason="int formats need bfloat16, which this CPU has no kernels for")
-@pytest.mark.parametrize(("weights", "width"), [("int8", 2), ("int4", 2), ("int4", 4)])
+@NO_INT
+@pytest.mark.parametrize(("weights", "width"), INT_SHAPES)
 def test_unpadded_short_blocks_give_the_padded_replies_where_the_probe_allows(packed_as_run, bundled_model,
                                                                               weights, width):
     """Where the start-up probe finds that a row keeps its bits in a shorter block (the int kernels on the

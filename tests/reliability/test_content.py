@@ -153,6 +153,11 @@ def click_around(page, scope: str) -> None:
     page.wait_for_timeout(500)
 
 
+def echo_reply(server) -> str:
+    """The stored reply to the echo question (in bf16 the model echoes its HTML; in fp32 it did not)."""
+    return next(r["answer"] for r in replies_table(server.data_dir).values() if r["question"] == ECHO_QUESTION)
+
+
 @pytest.mark.browser
 def test_hostile_references_show_as_text_in_the_chat(server, chat_page):
     page, dialogs = chat_page
@@ -163,8 +168,7 @@ def test_hostile_references_show_as_text_in_the_chat(server, chat_page):
     assert "[click](javascript:window.__pwned=1)" in details
     click_around(page, "#chat")
     page.locator(BOT_BUBBLES).first.click()  # shows the first reply's details: the reply that echoed HTML
-    served = [r["answer"] for r in replies_table(server.data_dir).values() if r["question"] == ECHO_QUESTION]
-    if "<script>" in served[0]:  # the model echoed it (in bf16 it does; in fp32, on CPUs without bf16, it did not)
+    if "<script>" in echo_reply(server):  # only a reply that echoed the HTML has it to show
         # the test server's short replies end within the echo: its HTML as typed, not the whole question
         expect(page.locator("#details")).to_contain_text("<script>window.__pwned", use_inner_text=True,
                                                          timeout=30_000)
@@ -175,13 +179,13 @@ def test_hostile_references_show_as_text_in_the_chat(server, chat_page):
 def test_html_in_a_reply_shows_as_text_in_its_bubble(server, chat_page):
     """The model's own reply can hold HTML (here it echoes the question); its bubble must show it as typed."""
     page, dialogs = chat_page
-    served = [r["answer"] for r in replies_table(server.data_dir).values() if r["question"] == ECHO_QUESTION]
+    served = echo_reply(server)
     bubble = page.locator(BOT_BUBBLES).first.inner_text()
-    print(f"served: {served[0]!r}; bubble shows: {bubble[:200]!r}")
+    print(f"served: {served!r}; bubble shows: {bubble[:200]!r}")
     assert page.evaluate(NOTHING_RAN) == CLEAN and dialogs == []
-    if "<script>" not in served[0]:
+    if "<script>" not in served:
         pytest.skip("the model did not echo the HTML this time, so there is nothing to show as text")
-    assert served[0] in bubble, "the reply's HTML was not shown as typed"
+    assert served in bubble, "the reply's HTML was not shown as typed"
 
 
 @pytest.mark.browser
