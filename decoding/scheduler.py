@@ -35,7 +35,7 @@ from .packed import Lane, PackedLlama, PackedRunner
 from .policy import CopyPolicy, FixedCopyPolicy, SharedForwardPolicy
 from .result import Chunk, DecodeResult, check_inputs
 from .steps import StepConfig
-from .threads import computes_on_several_cores, stops_computing
+from .threads import computes_on_several_cores, one_core_here, stops_computing
 
 logger = logging.getLogger(__name__)
 
@@ -326,6 +326,9 @@ def scheduled_llma_stream(
     steps.check_fits(len(prompt_ids), options.max_new_tokens)
     if options.max_new_tokens == 0:
         return
+    # Before this thread's first torch work (the runner allocates its KV cache): a thread that once ran a region on
+    # several cores keeps that OpenMP team for good, and then the scheduler's steps cost 2.5x (decoding/threads.py).
+    one_core_here()
     with scheduler.slot():
         runner = ScheduledRunner(scheduler, steps, sharing if sharing is not None else Sharing())
         verifier = ModelVerifier(scheduler.model, prompt_ids, steps, options.repetition, runner=runner)

@@ -13,6 +13,12 @@ pick tokens) on one (`one_core_here`).
 That one core is set in the thread's own OpenMP setting, not with torch.set_num_threads(1): torch's call also
 changes process-wide state, and after it the scheduler's thread, still on 2 threads, took 1.27-1.40 s to prefill a
 702-token prompt against 0.74-0.81 s with only the asking thread's OpenMP setting changed (AMD EPYC, 4 runs each).
+MKL, inside torch on x86, sizes its own OpenMP teams (the vector maths of the embedding model's GELU) from its own
+count, not the thread's OpenMP setting, so its thread-local count goes to one as well: before, the first question
+embedded in a web server thread gave that thread a team for good, and every step of the scheduler's then cost
+12-14 ms instead of 5 (AMD EPYC, q4, one row; found with gdb on pthread_create).
+A thread keeps its team until it ends, so the setting must come before its first torch work (the decode loop
+calls it first thing too, decoding/scheduler.py).
 """
 
 import ctypes
@@ -20,6 +26,7 @@ import logging
 import threading
 from collections.abc import Callable
 from functools import cache
+from pathlib import Path
 from typing import TypeVar
 
 import torch
@@ -50,6 +57,9 @@ def one_core_here() -> None:
         return
     torch.get_num_threads()  # torch sizes a new thread from its process-wide default at its first call: that first
     openmp.omp_set_num_threads(1)
+    mkl = _torch_mkl_threads()
+    if mkl is not None:
+        mkl(1)
     _on_one_core.set = True
 
 
@@ -60,6 +70,16 @@ def _torch_openmp() -> "ctypes.CDLL | None":
         return ctypes.CDLL("libgomp.so.1")
     except OSError as error:
         logger.warning("no libgomp.so.1 (%s): threads that are not the scheduler's keep torch's default", error)
+        return None
+
+
+@cache
+def _torch_mkl_threads() -> "Callable[[int], int] | None":
+    """MKL's per-thread count setter in torch's own library (x86 builds link MKL in), or None without MKL."""
+    try:
+        library = ctypes.CDLL(str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"))
+        return library.MKL_Set_Num_Threads_Local  # the C entry (by value); the lower-case names are Fortran's
+    except (OSError, AttributeError):
         return None
 
 

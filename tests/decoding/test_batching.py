@@ -5,6 +5,7 @@ mixtures of them at once through one `Scheduler` and compares every reply's toke
 Every wait has a deadline, so a broken scheduler fails a test instead of hanging the suite.
 """
 
+import os
 import random
 import threading
 from dataclasses import dataclass, replace
@@ -329,6 +330,31 @@ def test_bundled_replies_in_company_equal_the_replies_alone():
             assert [fingerprint(r) for r in results] == [alone[i] for i in picks], picks
     finally:
         scheduler.close()
+
+
+def test_a_thread_set_to_one_core_starts_no_openmp_team_even_in_mkl_vector_maths():
+    """MKL sizes its own OpenMP teams (the embedding model's vector maths run through it): an asking thread on one
+    core must start none, since a thread keeps its team until it ends, and with a second team on 2 cores libgomp
+    stops the scheduler's threads from spinning, which made its one-row steps 2.5x dearer (decoding/threads.py)."""
+    model = PackedLlama(make_tiny_model("llama", torch.float32))
+    before = torch.get_num_threads()
+    big = torch.randn(1_000_000)
+
+    def asking() -> int:
+        one_core_here()
+        threads = len(os.listdir("/proc/self/task"))
+        torch.erf(big), torch.exp(big)  # MKL's vector maths: a team of torch's process-wide count without the fix
+        return len(os.listdir("/proc/self/task")) - threads
+
+    try:
+        torch.set_num_threads(2)
+        scheduler = in_passing_thread(lambda: Scheduler(model, max_slots=2))
+        try:
+            assert in_passing_thread(asking) == 0
+        finally:
+            scheduler.close()
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_the_scheduler_thread_computes_on_its_creators_cores_and_other_threads_work_on_one():
