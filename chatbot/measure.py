@@ -47,7 +47,8 @@ class ReplyMeter:
     ) -> ReplyStats:
         n = len(result.tokens)
         step, method = timer.step_seconds(self.cost)
-        method = f"exact repeat verified in one pass; {method}" if exact_hit else method
+        if exact_hit:  # drafted whole and verified: one forward, or one W-wide forward per W tokens
+            method = f"exact repeat drafted whole, verified in {max(result.forward_passes - 1, 1)} forwards; {method}"
         greedy_estimate = result.prefill_seconds + max(n - 1, 0) * step
         seconds = max(result.seconds, 1e-6)
         copied = copied_by_source(turn, result)

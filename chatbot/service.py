@@ -179,9 +179,10 @@ class ChatService:
         if exact is None:
             yield from self._decode(turn, self.policy, exact_hit=False)
             return
-        # An exact repeat is still checked by the model: the stored answer is drafted whole and verified in
-        # one forward pass. That costs a prefill and one pass, and keeps the promise even after staff edited
-        # or imported the entry: a changed answer is simply rejected where it departs from the model's own.
+        # An exact repeat is still checked by the model: the stored answer is drafted whole and verified (in one
+        # forward, or one W-wide forward per W tokens). That costs a prefill and those forwards, and keeps the
+        # promise even after staff edited or imported the entry: a changed answer is simply rejected where it
+        # departs from the model's own.
         hit = Hit(exact.id, exact.question, exact.answer, exact.answer_ids, 1.0)
         whole = FixedCopyPolicy(match_len=1, copy_len=self.settings.max_new_tokens)
         yield from self._decode(replace(turn, references=[hit]), whole, exact_hit=True)

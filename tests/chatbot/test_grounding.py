@@ -155,7 +155,7 @@ def test_an_approval_or_an_edit_is_never_hidden_by_a_stale_exact_hit(service, tm
     admin = staff_admin(service, tmp_path / "staff")
     first = service.ask(REWORDED)
     again = service.ask(REWORDED)
-    assert again.stats.exact_hit  # same prompt: the stored answer is verified in one pass
+    assert again.stats.exact_hit  # same prompt: the stored answer is drafted whole and verified
     approved_id = first.stats.grounding[0].id
     admin.edit_entry("ada", approved_id, QUESTION, "EDITED-4M: use the Forgot password link on the sign-in page.")
     after_edit = service.ask(REWORDED)
