@@ -132,14 +132,11 @@ def summary(served: list[Served], timed: bool) -> str:
          fmt(ratio([s.plain_greedy_seconds for s in covered], [s.seconds for s in covered]), ".2f", "x")],
         # Plain greedy's reply to the ungrounded prompt has its own length: tokens per second compares the rates.
         ["reply tokens per second, the rewordings: as served / plain greedy",
-         f"{_rate(covered, 'tokens', 'seconds'):.0f} / {_rate(covered, 'plain_tokens', 'plain_greedy_seconds'):.0f}"],
+         f"{ratio([s.tokens for s in covered], [s.seconds for s in covered]):.0f} / "
+         f"{ratio([s.plain_tokens for s in covered], [s.plain_greedy_seconds for s in covered]):.0f}"],
         ["identical to greedy on its own prompt", _share(sum(s.identical for s in served), len(served))],
     ]
     return table(["measure", "value"], rows if timed else rows[:6])
-
-
-def _rate(served: list[Served], tokens: str, seconds: str) -> float:
-    return sum(getattr(s, tokens) for s in served) / max(sum(getattr(s, seconds) for s in served), 1e-9)
 
 
 def _share(count: int, total: int) -> str:

@@ -48,7 +48,9 @@ class ReplyMeter:
         n = len(result.tokens)
         step, method = timer.step_seconds(self.cost)
         if exact_hit:  # drafted whole and verified: one forward, or one W-wide forward per W tokens
-            method = f"exact repeat drafted whole, verified in {max(result.forward_passes - 1, 1)} forwards; {method}"
+            after = max(result.forward_passes - 1, 1)
+            forwards = f"{after} forward{'s' if after > 1 else ''}"
+            method = f"exact repeat drafted whole, {forwards} after the prefill; {method}"
         greedy_estimate = result.prefill_seconds + max(n - 1, 0) * step
         seconds = max(result.seconds, 1e-6)
         copied = copied_by_source(turn, result)

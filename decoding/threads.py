@@ -48,8 +48,8 @@ def stops_computing() -> None:
 
 def one_core_here() -> None:
     """While a thread computes on several cores (the scheduler's), the calling thread's torch work runs on one core
-    from now on: its own OpenMP setting, set once per thread (the web server's threads embed questions and pick
-    tokens, and serve nothing else). Elsewhere (start-up, no scheduler) nothing changes."""
+    from now on: its own OpenMP setting and MKL's thread-local count, set once per thread (the web server's threads
+    embed questions and pick tokens, and serve nothing else). Elsewhere (start-up, no scheduler) nothing changes."""
     if not _computing or threading.get_ident() in _computing or getattr(_on_one_core, "set", False):
         return
     openmp = _torch_openmp()
