@@ -8,6 +8,8 @@ Every wait has a deadline, so a broken scheduler fails a test instead of hanging
 import os
 import random
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 import pytest
@@ -332,14 +334,29 @@ def test_bundled_replies_in_company_equal_the_replies_alone():
         scheduler.close()
 
 
+@contextmanager
+def scheduler_on_two_threads() -> Iterator[Scheduler]:
+    """A scheduler started in a passing thread while torch's default is 2 threads, as app.py starts it; torch's
+    default and the scheduler are put back afterwards."""
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        model = PackedLlama(make_tiny_model("llama", torch.float32))
+        scheduler = in_passing_thread(lambda: Scheduler(model, max_slots=2))
+        try:
+            yield scheduler
+        finally:
+            scheduler.close()
+    finally:
+        torch.set_num_threads(before)
+
+
 @pytest.mark.skipif(not torch.backends.mkl.is_available() or not os.path.isdir("/proc/self/task"),
                     reason="needs torch's MKL and /proc to count threads")
 def test_a_thread_set_to_one_core_starts_no_openmp_team_even_in_mkl_vector_maths():
     """MKL sizes its own OpenMP teams (the embedding model's vector maths run through it): an asking thread on one
     core must start none, since a thread keeps its team until it ends, and with a second team on 2 cores libgomp
     stops the scheduler's threads from spinning, which made its one-row steps 2.5x dearer (decoding/threads.py)."""
-    model = PackedLlama(make_tiny_model("llama", torch.float32))
-    before = torch.get_num_threads()
     big = torch.randn(1_000_000)
 
     def asking() -> set[str]:
@@ -348,23 +365,14 @@ def test_a_thread_set_to_one_core_starts_no_openmp_team_even_in_mkl_vector_maths
         torch.erf(big), torch.exp(big)  # MKL's vector maths: a team of torch's process-wide count without the fix
         return set(os.listdir("/proc/self/task")) - threads  # threads started meanwhile (ended ones do not count)
 
-    try:
-        torch.set_num_threads(2)
-        scheduler = in_passing_thread(lambda: Scheduler(model, max_slots=2))
-        try:
-            assert in_passing_thread(asking) == set()
-        finally:
-            scheduler.close()
-    finally:
-        torch.set_num_threads(before)
+    with scheduler_on_two_threads():
+        assert in_passing_thread(asking) == set()
 
 
 def test_the_scheduler_thread_computes_on_its_creators_cores_and_other_threads_work_on_one():
     """app.py starts the service in a passing thread; while the scheduler's thread computes on several cores, other
     threads' torch work (embedding, picking tokens) runs on one in their own OpenMP setting, and torch's
     process-wide default stays as it was (decoding/threads.py)."""
-    model = PackedLlama(make_tiny_model("llama", torch.float32))
-    before = torch.get_num_threads()
 
     def threads_there():
         yield torch.tensor(torch.get_num_threads())
@@ -373,14 +381,9 @@ def test_the_scheduler_thread_computes_on_its_creators_cores_and_other_threads_w
         one_core_here()
         return torch.get_num_threads()
 
-    try:
-        torch.set_num_threads(2)
-        scheduler = in_passing_thread(lambda: Scheduler(model, max_slots=2))
+    with scheduler_on_two_threads() as scheduler:
         assert in_passing_thread(asking) == 1  # an asking thread: its own setting
         assert in_passing_thread(torch.get_num_threads) == 2  # a thread started now: torch's default, untouched
         assert scheduler.prefill(threads_there()).item() == 2
         with pytest.raises(ZeroDivisionError):
             in_passing_thread(lambda: 1 / 0)  # an error comes back to the caller
-        scheduler.close()
-    finally:
-        torch.set_num_threads(before)
