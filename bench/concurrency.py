@@ -66,10 +66,29 @@ class Round:
         return latencies[min(len(latencies) - 1, round(p * (len(latencies) - 1)))]
 
 
-def distinct_questions(n: int) -> list[str]:
-    """First wordings of different groups, then novel questions: none repeats another, none is cached."""
-    groups = [g for g in group_questions(load_questions()).values() if not g[0].follow_up]
-    return [q.question for q in round_robin([[g[0]] for g in groups])][:n]
+# What the customers ask. None repeats another and none is cached; they differ in how much a reply can copy.
+QUESTION_SETS = {
+    "first": "the approved answers' own questions (each group's first wording), then novel ones: most replies "
+             "follow an approved answer, so one customer alone already fills each forward with a copied draft",
+    "rewordings": "each group's second wording, in a customer's own words: some find their approved answer, some not",
+    "novel": "questions no approved answer covers (off-topic or uncovered topics): replies are mostly greedy steps",
+}
+
+
+def distinct_questions(n: int, kind: str = "first") -> list[str]:
+    """Up to `n` questions of QUESTION_SETS[kind], each from another group while groups last."""
+    groups = {name: [q for q in wordings if not q.follow_up]
+              for name, wordings in group_questions(load_questions()).items()}
+    covered = {answer.group for answer in Seed.shipped().answers}
+    if kind == "first":
+        picked = [[wordings[0]] for wordings in groups.values() if wordings]
+    elif kind == "rewordings":
+        picked = [wordings[1:2] for wordings in groups.values()]
+    elif kind == "novel":
+        picked = [wordings for name, wordings in groups.items() if name not in covered]
+    else:
+        raise ValueError(f"question set must be one of {', '.join(QUESTION_SETS)}, not {kind!r}")
+    return [q.question for q in round_robin([w for w in picked if w])][:n]
 
 
 def ask_at_once(service: ChatService, questions: list[str], each: int = 1) -> tuple[float, list[Answered]]:
@@ -215,6 +234,8 @@ def main() -> None:
     parser.add_argument("--questions-each", type=int, default=1,
                         help="questions each customer asks in a row, the next once its reply arrived (1: a burst "
                              "of N questions; more: N customers keep the helpdesk busy)")
+    parser.add_argument("--questions", choices=QUESTION_SETS, default="first",
+                        help="what the customers ask: " + "; ".join(f"{k}: {v}" for k, v in QUESTION_SETS.items()))
     parser.add_argument("--cold", action="store_true",
                         help="no prompt warm-up at start: each prompt prefilled whole (CHATBOT_WARM_PREFIXES=false)")
     args = parser.parse_args()
@@ -232,7 +253,7 @@ def main() -> None:
     print(f"Engine: {engine.describe()}", flush=True)
     settings = ChatSettings(max_new_tokens=args.max_new_tokens, warm_prefixes=not args.cold)
     warmed = OrderedDict() if not args.cold else None
-    pool = distinct_questions(max(counts) * each * 2)
+    pool = distinct_questions(max(counts) * each * 2, args.questions)
     if len(pool) < max(counts) * each:
         parser.error(f"the shipped data holds {len(pool)} distinct questions, fewer than customers x questions each")
     rounds = []
@@ -244,7 +265,8 @@ def main() -> None:
         "the help centre's prompt beginnings prefilled at start, as `make run` does (CHATBOT_WARM_PREFIXES)")
     asking = "each customer asks one question" if each == 1 else (
         f"each customer asks {each} questions in a row, the next once its reply arrived")
-    body = (f"{table(rounds)}\n\nReplies of at most {args.max_new_tokens} tokens; {asking}; {warm_up}. "
+    body = (f"{table(rounds)}\n\nReplies of at most {args.max_new_tokens} tokens; {asking}; questions: "
+            f"{QUESTION_SETS[args.questions]} (`--questions {args.questions}`); {warm_up}. "
             "![throughput and p95 latency](concurrency.png)")
     print(write_side_run(args.out, "Many customers at once", engine.describe(), body, "report.md", "rounds.json",
                          [asdict(r) for r in rounds]))

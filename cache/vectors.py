@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
 Embed = Callable[[list[str]], np.ndarray]
+# Questions whose vectors are remembered: a chat turn looks its question up three or four times (article, approved
+# match, references, storing), and with several customers at once their turns interleave, so remembering only the
+# last question embedded each one about four times (146 embeddings for 32 replies, 8 customers at once).
+REMEMBERED_QUESTIONS = 256
 
 
 class Embedding:
-    """The caller's embed function, its output checked and normalized; remembers the last question."""
+    """The caller's embed function, its output checked and normalized; remembers recent questions."""
 
     def __init__(self, embed: Embed, dim: int) -> None:
         self._embed = embed
         self.dim = dim
-        self._last_question: tuple[str, np.ndarray] | None = None
+        self._questions: OrderedDict[str, np.ndarray] = OrderedDict()  # least recently asked first
+        self._questions_lock = threading.Lock()
 
     def texts(self, texts: Sequence[str]) -> np.ndarray:
         """(n, dim) unit float32 vectors; a wrong shape raises, since it would poison the index."""
@@ -28,12 +35,18 @@ class Embedding:
         return vectors / np.maximum(norms, 1e-12)
 
     def question(self, question: str) -> np.ndarray:
-        """(dim,) vector of a question, memoized: a chat turn asks about one question three times."""
-        last = self._last_question  # one read: another thread may replace it meanwhile
-        if last is not None and last[0] == question:
-            return last[1]
-        vector = self.texts([question])[0]
-        self._last_question = (question, vector)
+        """(dim,) vector of a question, memoized over the last REMEMBERED_QUESTIONS asked (read-only: shared)."""
+        with self._questions_lock:
+            vector = self._questions.get(question)
+            if vector is not None:
+                self._questions.move_to_end(question)
+                return vector
+        vector = self.texts([question])[0]  # outside the lock: two threads may embed one question, both alike
+        vector.flags.writeable = False
+        with self._questions_lock:
+            self._questions[question] = vector
+            while len(self._questions) > REMEMBERED_QUESTIONS:
+                self._questions.popitem(last=False)
         return vector
 
 

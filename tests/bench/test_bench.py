@@ -134,3 +134,21 @@ def test_a_limit_covers_as_many_groups_as_it_can():
         "a wording 1", "b wording 1", "c wording 1", "a wording 2",
     ]
     assert len(select_questions(questions, {}, limit=None).cache_assisted) == 9
+
+
+def test_the_concurrency_question_sets_hold_distinct_questions_of_their_kind():
+    from bench.concurrency import QUESTION_SETS, distinct_questions
+    from chatbot import Seed
+    from data import load_questions
+
+    group_of = {q.question: q.group for q in load_questions()}
+    answers = Seed.shipped().answers
+    covered, approved_questions = {a.group for a in answers}, {a.question for a in answers}
+    for kind in QUESTION_SETS:
+        asked = distinct_questions(40, kind)
+        assert len(asked) == len(set(asked)) >= 16, kind
+    assert {group_of[q] for q in distinct_questions(16, "first")} <= covered
+    assert not approved_questions & set(distinct_questions(100, "rewordings"))
+    assert not {group_of[q] for q in distinct_questions(100, "novel")} & covered
+    with pytest.raises(ValueError, match="question set"):
+        distinct_questions(4, "popular")

@@ -140,3 +140,24 @@ def test_warming_embeds_the_approved_answers_before_the_first_match(open_cache, 
     calls.clear()
     cache.match(PASSWORD, k=1, match_answers=True, lexical_weight=0.5)  # the question's vector is memoized
     assert calls == []
+
+
+def test_interleaved_turns_embed_each_question_once(open_cache, embedder):
+    """Several customers' turns interleave (article, match, references, storing): each question is embedded once,
+    not once per look-up whenever another customer's question came in between."""
+    calls = []
+
+    def embed(texts: list[str]):
+        calls.append(list(texts))
+        return embedder.embed(texts)
+
+    cache = open_cache(embed=embed)
+    cache.add_answer(answer(PASSWORD, "Use the reset link on the sign-in page.", review="approved"))
+    cache.warm_match(match_answers=True, lexical=True)
+    calls.clear()
+    for _ in range(2):  # two customers taking turns at each look-up
+        for question in (LOCKED_OUT, "How do I share a folder?"):
+            cache.best_article(question, threshold=0.0)
+            cache.match(question, k=1, match_answers=True, lexical_weight=0.5)
+            cache.lookup(question, k=2, threshold=0.0)
+    assert sorted(calls) == sorted([[LOCKED_OUT], ["How do I share a folder?"]])
