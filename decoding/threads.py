@@ -48,14 +48,20 @@ def stops_computing() -> None:
 
 def one_core_here() -> None:
     """While a thread computes on several cores (the scheduler's), the calling thread's torch work runs on one core
-    from now on: its own OpenMP setting and MKL's thread-local count, set once per thread (the web server's threads
-    embed questions and pick tokens, and serve nothing else). Elsewhere (start-up, no scheduler) nothing changes."""
-    if not _computing or threading.get_ident() in _computing or getattr(_on_one_core, "set", False):
+    from now on: its own OpenMP setting and MKL's thread-local count (the web server's threads embed questions and
+    pick tokens, and serve nothing else). Elsewhere (start-up, no scheduler) nothing changes.
+
+    Set again whenever the thread's OpenMP setting is no longer one: torch.set_num_threads in the same thread puts it
+    back (bench.concurrency's main thread asked its customers after such a call, and its first embedding then gave it
+    a team for good: the scheduler's steps of every later round cost twice as much, 11.6 against 5.2 ms)."""
+    if not _computing or threading.get_ident() in _computing:
         return
     openmp = _torch_openmp()
     if openmp is None:
         return
     torch.get_num_threads()  # torch sizes a new thread from its process-wide default at its first call: that first
+    if getattr(_on_one_core, "set", False) and openmp.omp_get_max_threads() == 1:
+        return
     openmp.omp_set_num_threads(1)
     mkl = _torch_mkl_threads()
     if mkl is not None:

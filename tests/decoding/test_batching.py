@@ -369,6 +369,22 @@ def test_a_thread_set_to_one_core_starts_no_openmp_team_even_in_mkl_vector_maths
         assert in_passing_thread(asking) == set()
 
 
+def test_a_thread_whose_setting_torch_put_back_goes_to_one_core_again():
+    """torch.set_num_threads in an asking thread puts its OpenMP setting back to several cores; the next
+    one_core_here sets it to one again, before that thread's next torch work could start a team for good."""
+
+    def asking() -> list[int]:
+        one_core_here()
+        first = torch.get_num_threads()
+        torch.set_num_threads(2)  # as a benchmark's main thread does before each round
+        put_back = torch.get_num_threads()
+        one_core_here()
+        return [first, put_back, torch.get_num_threads()]
+
+    with scheduler_on_two_threads():
+        assert in_passing_thread(asking) == [1, 2, 1]
+
+
 def test_the_scheduler_thread_computes_on_its_creators_cores_and_other_threads_work_on_one():
     """app.py starts the service in a passing thread; while the scheduler's thread computes on several cores, other
     threads' torch work (embedding, picking tokens) runs on one in their own OpenMP setting, and torch's
