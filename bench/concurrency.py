@@ -66,7 +66,9 @@ class Round:
         return latencies[min(len(latencies) - 1, round(p * (len(latencies) - 1)))]
 
 
-# What the customers ask. None repeats another and none is cached; they differ in how much a reply can copy.
+# What the customers ask; they differ in how much a reply can copy. None is cached, and none repeats another while
+# groups last (`novel` has 28 groups: past them, a question rewords an earlier one's, whose stored reply it may copy
+# from when asked after it).
 QUESTION_SETS = {
     "first": "the approved answers' own questions (each group's first wording), then novel ones: most replies "
              "follow an approved answer, so one customer alone already fills each forward with a copied draft",
@@ -77,17 +79,16 @@ QUESTION_SETS = {
 
 def distinct_questions(n: int, kind: str = "first") -> list[str]:
     """Up to `n` questions of QUESTION_SETS[kind], each from another group while groups last."""
+    if kind not in QUESTION_SETS:
+        raise ValueError(f"question set must be one of {', '.join(QUESTION_SETS)}, not {kind!r}")
     groups = {name: [q for q in wordings if not q.follow_up]
               for name, wordings in group_questions(load_questions()).items()}
     covered = {answer.group for answer in Seed.shipped().answers}
-    if kind == "first":
-        picked = [[wordings[0]] for wordings in groups.values() if wordings]
-    elif kind == "rewordings":
-        picked = [wordings[1:2] for wordings in groups.values()]
-    elif kind == "novel":
-        picked = [wordings for name, wordings in groups.items() if name not in covered]
-    else:
-        raise ValueError(f"question set must be one of {', '.join(QUESTION_SETS)}, not {kind!r}")
+    picked = {
+        "first": lambda: [wordings[:1] for wordings in groups.values()],
+        "rewordings": lambda: [wordings[1:2] for wordings in groups.values()],
+        "novel": lambda: [wordings for name, wordings in groups.items() if name not in covered],
+    }[kind]()
     return [q.question for q in round_robin([w for w in picked if w])][:n]
 
 

@@ -59,8 +59,10 @@ def one_core_here() -> None:
     openmp = _torch_openmp()
     if openmp is None:
         return
-    torch.get_num_threads()  # torch sizes a new thread from its process-wide default at its first call: that first
-    if getattr(_on_one_core, "set", False) and openmp.omp_get_max_threads() == 1:
+    # torch sizes a new thread from its process-wide default at its first call (undoing a setting made before), so
+    # that call comes first; it also says whether the thread is still on one core.
+    threads = torch.get_num_threads()
+    if getattr(_on_one_core, "set", False) and threads == 1:
         return
     openmp.omp_set_num_threads(1)
     mkl = _torch_mkl_threads()

@@ -147,7 +147,11 @@ def test_the_concurrency_question_sets_hold_distinct_questions_of_their_kind():
     for kind in QUESTION_SETS:
         asked = distinct_questions(40, kind)
         assert len(asked) == len(set(asked)) >= 16, kind
-    assert {group_of[q] for q in distinct_questions(16, "first")} <= covered
+    first = [group_of[q] in covered for q in distinct_questions(100, "first")]
+    assert first == sorted(first, reverse=True) and any(first) and not all(first)  # approved ones, then novel ones
+    novel = [group_of[q] for q in distinct_questions(100, "novel")]
+    groups = len(set(novel))
+    assert len(set(novel[:groups])) == groups  # one question of each group before any group's second
     assert not approved_questions & set(distinct_questions(100, "rewordings"))
     assert not {group_of[q] for q in distinct_questions(100, "novel")} & covered
     with pytest.raises(ValueError, match="question set"):

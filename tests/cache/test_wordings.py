@@ -161,3 +161,23 @@ def test_interleaved_turns_embed_each_question_once(open_cache, embedder):
             cache.match(question, k=1, match_answers=True, lexical_weight=0.5)
             cache.lookup(question, k=2, threshold=0.0)
     assert sorted(calls) == sorted([[LOCKED_OUT], ["How do I share a folder?"]])
+
+
+def test_remembered_question_vectors_are_shared_read_only_and_the_oldest_go_first(embedder):
+    from cache.vectors import REMEMBERED_QUESTIONS, Embedding
+
+    calls = []
+
+    def embed(texts: list[str]):
+        calls.append(texts[0])
+        return embedder.embed(texts)
+
+    embedding = Embedding(embed, embedder.dim)
+    first = embedding.question("question 0")
+    assert not first.flags.writeable  # one array handed to every turn that asks this question
+    for i in range(1, REMEMBERED_QUESTIONS + 1):
+        embedding.question(f"question {i}")
+    calls.clear()
+    embedding.question(f"question {REMEMBERED_QUESTIONS}")  # still remembered
+    embedding.question("question 0")  # the oldest, forgotten
+    assert calls == ["question 0"]
