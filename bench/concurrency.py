@@ -30,7 +30,7 @@ from bench.methods import app_engine
 from bench.workloads import round_robin
 from chatbot import ChatService, ChatSettings, Seed
 from chatbot.service import open_cache
-from data import group_questions, load_questions
+from data import group_questions, load_questions, load_staff_answers
 from decoding import WEIGHTS_SETTINGS, PackedLlama, in_passing_thread
 
 # Each mode's most replies decoding at once. "one after another": the same customers served one at a time, each
@@ -83,12 +83,12 @@ def distinct_questions(n: int, kind: str = "first") -> list[str]:
         raise ValueError(f"question set must be one of {', '.join(QUESTION_SETS)}, not {kind!r}")
     groups = {name: [q for q in wordings if not q.follow_up]
               for name, wordings in group_questions(load_questions()).items()}
-    covered = {answer.group for answer in Seed.shipped().answers}
+    covered = {answer.group for answer in load_staff_answers()}
     picked = {
-        "first": lambda: [wordings[:1] for wordings in groups.values()],
-        "rewordings": lambda: [wordings[1:2] for wordings in groups.values()],
-        "novel": lambda: [wordings for name, wordings in groups.items() if name not in covered],
-    }[kind]()
+        "first": [wordings[:1] for wordings in groups.values()],
+        "rewordings": [wordings[1:2] for wordings in groups.values()],
+        "novel": [wordings for name, wordings in groups.items() if name not in covered],
+    }[kind]
     return [q.question for q in round_robin([w for w in picked if w])][:n]
 
 

@@ -9,7 +9,6 @@ from transformers.cache_utils import Cache, StaticLayer
 from .packed import PackedLlama, PackedRunner
 from .repetition import REPETITION_OFF, RepetitionRule
 from .steps import ONE_TOKEN_STEPS, StepConfig, verify_in_blocks
-from .threads import one_core_here
 
 
 def new_kv_cache(model: torch.nn.Module, steps: StepConfig = ONE_TOKEN_STEPS) -> Cache:
@@ -104,7 +103,6 @@ class ModelVerifier:
         self.forward_passes += 1
         logits = self.runner.prefill(self.prompt_ids)
         self.prompt_reused = self.runner.reused
-        one_core_here()  # where the scheduler's thread computes the forwards (decoding/threads.py)
         return self.repetition.choose(logits, [], self.grounded)
 
     def verify(self, inputs: list[int], reply: Sequence[int] = ()) -> list[int]:
@@ -127,7 +125,6 @@ class ModelVerifier:
 
     def _choose(self, logits: torch.Tensor, reply: Sequence[int], drafts: Sequence[int]) -> list[int]:
         """Row j of `logits` (n, V) chooses as if the reply were `reply` + drafts[:j]."""
-        one_core_here()  # where the scheduler's thread computes the forwards (decoding/threads.py)
         if not self.repetition.changes_choice:
             return logits.argmax(dim=-1).tolist()
         return [self.repetition.choose(row, [*reply, *drafts[:j]], self.grounded) for j, row in enumerate(logits)]

@@ -1,6 +1,8 @@
 """Wordings (aliases): an entry answers every wording staff confirmed, on every replica; suggestions match
 nothing until confirmed; merging moves a question over; the hybrid match adds BM25 for approved entries."""
 
+from collections.abc import Callable
+
 import pytest
 from cache_helpers import answer
 
@@ -125,13 +127,19 @@ def test_confirmed_wordings_travel_with_an_export_and_suggestions_do_not(open_ca
     assert entry_ids(target.lookup(LOCKED_OUT, k=1, threshold=0.9)) == [imported.id]
 
 
-def test_warming_embeds_the_approved_answers_before_the_first_match(open_cache, embedder):
-    calls = []
+def counting_embed(embedder) -> tuple[Callable[[list[str]], object], list[list[str]]]:
+    """The real embedder, and the texts of each call it gets."""
+    calls: list[list[str]] = []
 
     def embed(texts: list[str]):
         calls.append(list(texts))
         return embedder.embed(texts)
 
+    return embed, calls
+
+
+def test_warming_embeds_the_approved_answers_before_the_first_match(open_cache, embedder):
+    embed, calls = counting_embed(embedder)
     cache = open_cache(embed=embed)
     reset = "Use the reset link on the sign-in page."
     cache.add_answer(answer(PASSWORD, reset, review="approved"))
@@ -145,12 +153,7 @@ def test_warming_embeds_the_approved_answers_before_the_first_match(open_cache, 
 def test_interleaved_turns_embed_each_question_once(open_cache, embedder):
     """Several customers' turns interleave (article, match, references, storing): each question is embedded once,
     not once per look-up whenever another customer's question came in between."""
-    calls = []
-
-    def embed(texts: list[str]):
-        calls.append(list(texts))
-        return embedder.embed(texts)
-
+    embed, calls = counting_embed(embedder)
     cache = open_cache(embed=embed)
     cache.add_answer(answer(PASSWORD, "Use the reset link on the sign-in page.", review="approved"))
     cache.warm_match(match_answers=True, lexical=True)
@@ -166,12 +169,7 @@ def test_interleaved_turns_embed_each_question_once(open_cache, embedder):
 def test_remembered_question_vectors_are_shared_read_only_and_the_oldest_go_first(embedder):
     from cache.vectors import REMEMBERED_QUESTIONS, Embedding
 
-    calls = []
-
-    def embed(texts: list[str]):
-        calls.append(texts[0])
-        return embedder.embed(texts)
-
+    embed, calls = counting_embed(embedder)
     embedding = Embedding(embed, embedder.dim)
     first = embedding.question("question 0")
     assert not first.flags.writeable  # one array handed to every turn that asks this question
@@ -180,4 +178,4 @@ def test_remembered_question_vectors_are_shared_read_only_and_the_oldest_go_firs
     calls.clear()
     embedding.question(f"question {REMEMBERED_QUESTIONS}")  # still remembered
     embedding.question("question 0")  # the oldest, forgotten
-    assert calls == ["question 0"]
+    assert calls == [["question 0"]]
