@@ -9,6 +9,7 @@ from transformers.cache_utils import Cache, StaticLayer
 from .packed import PackedLlama, PackedRunner
 from .repetition import REPETITION_OFF, RepetitionRule
 from .steps import ONE_TOKEN_STEPS, StepConfig, verify_in_blocks
+from .threads import one_core_here
 
 
 def new_kv_cache(model: torch.nn.Module, steps: StepConfig = ONE_TOKEN_STEPS) -> Cache:
@@ -103,6 +104,10 @@ class ModelVerifier:
         self.forward_passes += 1
         logits = self.runner.prefill(self.prompt_ids)
         self.prompt_reused = self.runner.reused
+        # Also here, not only in scheduled_llma_stream: a thread decoding on the model itself while a scheduler
+        # computes (tests, a benchmark's baseline) goes to one core too; without it `make test` took 10-11 min
+        # instead of 7 (AMD EPYC, two runs each).
+        one_core_here()
         return self.repetition.choose(logits, [], self.grounded)
 
     def verify(self, inputs: list[int], reply: Sequence[int] = ()) -> list[int]:
@@ -125,6 +130,10 @@ class ModelVerifier:
 
     def _choose(self, logits: torch.Tensor, reply: Sequence[int], drafts: Sequence[int]) -> list[int]:
         """Row j of `logits` (n, V) chooses as if the reply were `reply` + drafts[:j]."""
+        # Also here, not only in scheduled_llma_stream: a thread decoding on the model itself while a scheduler
+        # computes (tests, a benchmark's baseline) goes to one core too; without it `make test` took 10-11 min
+        # instead of 7 (AMD EPYC, two runs each).
+        one_core_here()
         if not self.repetition.changes_choice:
             return logits.argmax(dim=-1).tolist()
         return [self.repetition.choose(row, [*reply, *drafts[:j]], self.grounded) for j, row in enumerate(logits)]
