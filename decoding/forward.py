@@ -105,8 +105,7 @@ class ModelVerifier:
         logits = self.runner.prefill(self.prompt_ids)
         self.prompt_reused = self.runner.reused
         # Also here, not only in scheduled_llma_stream: a thread decoding on the model itself while a scheduler
-        # computes (tests, a benchmark's baseline) goes to one core too; without it `make test` took 10-11 min
-        # instead of 7 (AMD EPYC, two runs each).
+        # computes elsewhere (a test, a benchmark's baseline) goes to one core too.
         one_core_here()
         return self.repetition.choose(logits, [], self.grounded)
 
@@ -131,8 +130,7 @@ class ModelVerifier:
     def _choose(self, logits: torch.Tensor, reply: Sequence[int], drafts: Sequence[int]) -> list[int]:
         """Row j of `logits` (n, V) chooses as if the reply were `reply` + drafts[:j]."""
         # Also here, not only in scheduled_llma_stream: a thread decoding on the model itself while a scheduler
-        # computes (tests, a benchmark's baseline) goes to one core too; without it `make test` took 10-11 min
-        # instead of 7 (AMD EPYC, two runs each).
+        # computes elsewhere (a test, a benchmark's baseline) goes to one core too.
         one_core_here()
         if not self.repetition.changes_choice:
             return logits.argmax(dim=-1).tolist()
