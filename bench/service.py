@@ -33,7 +33,7 @@ from bench.retrieval import measure as measure_retrieval
 from bench.workloads import round_robin
 from cache import Embedder
 from cache.embedder import DEFAULT_MODEL as DEFAULT_EMBEDDING_MODEL
-from chatbot import ChatService, ChatSettings, Seed, Verification
+from chatbot import ChatService, ChatSettings, Reply, Seed, Verification
 from chatbot.prompt import LAYOUTS
 from chatbot.service import open_cache
 from data import Question, group_questions, load_questions, load_staff_answers
@@ -54,10 +54,11 @@ class Served:
     tokens: int
     copied_share: float  # of the reply's tokens, copied from any reference, the prompt or the reply itself
     copied_from_approved: float  # of the reply's tokens, copied from the approved answer in its prompt
-    seconds: float  # the reply as served (LLMA)
-    greedy_seconds: float  # Verify: greedy on the same prompt
+    seconds: float  # the reply's decode as served (LLMA): prefill and steps
+    greedy_seconds: float  # Verify: greedy on the same prompt, prefill and steps
     identical: bool
-    plain_greedy_seconds: float  # greedy with grounding off and no references: what the app did without all this
+    waited_seconds: float  # the whole turn as served, question to last text chunk (ask_timed)
+    plain_greedy_seconds: float  # the turn with grounding off and no references, greedy: what the app did without
     plain_tokens: int
 
 
@@ -70,13 +71,25 @@ def select(questions: list[Question], half: str, covered: set[str], limit: int, 
 
 
 def plain_greedy(service: ChatService, question: str) -> tuple[float, int]:
-    """Seconds and tokens of greedy decoding on the prompt with grounding off (the article stays), through the
-    scheduler as the app decodes (on the model itself where there is none)."""
+    """Seconds and tokens of the turn with grounding off (the article stays) and greedy decoding: the question
+    planned (embedded, its article found), then decoded through the scheduler as the app decodes (on the model
+    itself where there is none)."""
     off = service.with_settings(grounding="off")
-    turn = off.planner.plan(question, None, "")
     start = time.perf_counter()
+    turn = off.planner.plan(question, None, "")
     result = service.greedy(turn.prompt.ids, service.settings.max_new_tokens, turn.steps, service.rule)
     return time.perf_counter() - start, len(result.tokens)
+
+
+def ask_timed(service: ChatService, question: str) -> tuple[Reply, float]:
+    """The final reply, and the seconds from the question to its last text chunk: what the customer waits for
+    (planning, the KV cache, prefill and decode; storing the answer after it is not counted)."""
+    start = time.perf_counter()
+    text_done = start
+    for reply in service.stream(question):
+        if not reply.done:
+            text_done = time.perf_counter()
+    return reply, text_done - start
 
 
 def serve(
@@ -86,7 +99,7 @@ def serve(
     """Ask `q` through the chat turn; with `baselines`, Verify it and decode plain greedy beside it. Each of the
     three starts from the prefix cache as it was after the start (`as_after_start`): none reuses another's prompt."""
     as_after_start()
-    reply = service.ask(q.question)
+    reply, waited = ask_timed(service, q.question)
     as_after_start()
     check = service.verify(reply.id) if baselines else Verification(reply.id, True, 0.0, reply.stats.seconds, 0.0)
     grounded = [group_of_entry.get(use.id, "?") for use in reply.stats.grounding]
@@ -95,7 +108,7 @@ def serve(
     from_approved = sum(use.copied for use in reply.stats.grounding) / max(reply.stats.tokens, 1)
     served = Served(q.group, q.question, covered, grounded[0] if grounded else None, reply.stats.tokens,
                     reply.stats.copied_share, from_approved, check.reply_seconds, check.greedy_seconds, check.identical,
-                    plain_seconds, plain_tokens)
+                    waited, plain_seconds, plain_tokens)
     print(f"{q.group}: grounded by {served.grounded_group}, {served.tokens} tokens, {served.copied_share:.0%} "
           f"copied ({from_approved:.0%} from the approved answer), identical={served.identical}: {q.question[:60]}",
           flush=True)
@@ -126,13 +139,14 @@ def summary(served: list[Served], timed: bool) -> str:
          fmt(100 * sum(s.copied_from_approved for s in grounded) / max(len(grounded), 1), ".0f", "%")],
         ["LLMA vs greedy on the same prompt", fmt(ratio([s.greedy_seconds for s in served],
                                                         [s.seconds for s in served]), ".2f", "x")],
+        # Whole turns on both sides: question planned, KV cache, prefill, decode (bench.service.ask_timed).
         ["end to end vs plain greedy (grounding off, no references)",
-         fmt(ratio([s.plain_greedy_seconds for s in served], [s.seconds for s in served]), ".2f", "x")],
+         fmt(ratio([s.plain_greedy_seconds for s in served], [s.waited_seconds for s in served]), ".2f", "x")],
         ["end to end vs plain greedy, the rewordings (covered groups) only",
-         fmt(ratio([s.plain_greedy_seconds for s in covered], [s.seconds for s in covered]), ".2f", "x")],
+         fmt(ratio([s.plain_greedy_seconds for s in covered], [s.waited_seconds for s in covered]), ".2f", "x")],
         # Plain greedy's reply to the ungrounded prompt has its own length: tokens per second compares the rates.
         ["reply tokens per second, the rewordings: as served / plain greedy",
-         f"{ratio([s.tokens for s in covered], [s.seconds for s in covered]):.0f} / "
+         f"{ratio([s.tokens for s in covered], [s.waited_seconds for s in covered]):.0f} / "
          f"{ratio([s.plain_tokens for s in covered], [s.plain_greedy_seconds for s in covered]):.0f}"],
         ["identical to greedy on its own prompt", _share(sum(s.identical for s in served), len(served))],
     ]

@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from .hardware import onednn_has_bf16
+from .kv_pool import FreeCaches
 from .lane_kernel import lane_kernel_refusal
 from .prefix_cache import PrefixCache
 from .steps import StepConfig
@@ -350,6 +351,7 @@ class PackedLlama:
         else:
             self.head = self.pack_head(model, weights)
         self.prefixes = PrefixCache(prefix_cache_bytes)  # chunks of this packing's prefills (its prefiller's bits)
+        self._free_caches = FreeCaches()
 
     def parameters(self):
         return self.source.parameters()
@@ -368,11 +370,17 @@ class PackedLlama:
         return self._prefiller.forward_lanes([lane], last_only=True, copy_keys=chunked, prompt=prompt)[0]
 
     def new_cache(self, cache_len: int) -> KvCache:
-        # Zeros, not empty: masked keys still enter the products, and 0 x NaN would poison a row.
-        shape = (1, self.n_kv_heads, cache_len, self.head_dim)  # SDPA's fast CPU kernel wants 4-d inputs
-        def zeros() -> list[torch.Tensor]:
-            return [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(self.n_layers)]
-        return KvCache(zeros(), zeros())
+        """A zeroed cache: a finished reply's where one of this length waits (decoding/kv_pool.py), else new.
+        Zeros, not empty: masked keys still enter the products, and 0 x NaN would poison a row."""
+        kept = self._free_caches.take(cache_len)
+        if kept is None:
+            shape = (1, self.n_kv_heads, cache_len, self.head_dim)  # SDPA's fast CPU kernel wants 4-d inputs
+            def zeros() -> list[torch.Tensor]:
+                return [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(self.n_layers)]
+            kept = zeros(), zeros()
+        cache = KvCache(*kept)
+        self._free_caches.watch(cache, cache_len, *kept)
+        return cache
 
     def forward(
         self, ids: torch.Tensor, start: int, cache: KvCache, key_len: int, last_only: bool = False

@@ -242,6 +242,9 @@ class Scheduler:
                     self._changed.notify_all()  # wait_warm
             with self._changed:
                 self._free_since = time.monotonic()
+            # Drop the jobs before waiting: a finished one's runner holds its KV cache, which goes back to the
+            # model's free caches for the next reply only once nothing refers to it (decoding/kv_pool.py).
+            del prefill, steps, warm
 
     def _idle_warm(self) -> bool:
         """A warm-up chunk may run: one is queued and no reply holds a slot or waits (a reply between two of its
