@@ -1,6 +1,6 @@
 """The `service` workload: rewordings asked through the real chat turn, beside plain greedy decoding.
 
-    python -m bench.service [--questions 16] [--novel 8] [--max-new-tokens 256] [--half held-out]
+    python -m bench.service [--questions 16] [--novel 8] [--max-new-tokens 256] [--half held-out] [--weights auto]
 
 A fresh install (the shipped articles and approved staff answers) answers each selected group's first
 wording through the chat service first, as customers would have asked; then every selected rewording goes
@@ -38,6 +38,7 @@ from chatbot.prompt import LAYOUTS
 from chatbot.service import open_cache
 from data import Question, group_questions, load_questions, load_staff_answers
 from decoding import DEFAULT_PREFIX_CACHE_BYTES, PackedLlama, in_passing_thread
+from decoding.weights import WEIGHT_FORMATS
 
 WARM_NOTES = {False: "prompt beginnings warmed at start, as `make run` does", True: "no prompt warm-up (--cold)"}
 OWN_NOTE = "; the model's own grounded first replies approved in place of the staff-written answers"
@@ -179,6 +180,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cold", action="store_true",
                         help="no prompt warm-up: every prompt prefilled whole (CHATBOT_WARM_PREFIXES=false)")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    parser.add_argument("--weights", default="auto", choices=("auto", *WEIGHT_FORMATS),
+                        help="the packed forward's weight format (CHATBOT_WEIGHTS); auto is measured at every start")
     parser.add_argument("--embedding-model", default=DEFAULT_EMBEDDING_MODEL, help="as CHATBOT_EMBEDDING_MODEL")
     parser.add_argument("--out", type=Path, default=Path("results/service"))
     args = parser.parse_args(argv)
@@ -191,7 +194,7 @@ def main(argv: list[str] | None = None) -> None:
                             embedding_model=args.embedding_model, warm_prefixes=not args.cold)
     # The prefix cache holds what the start-up warm-up put there and nothing else whenever a decode starts: the
     # reply, its greedy rerun and plain greedy each prefill the rest of their own prompt.
-    engine = in_passing_thread(lambda: app_engine(prefix_cache_bytes=0 if args.cold else DEFAULT_PREFIX_CACHE_BYTES))
+    engine = in_passing_thread(lambda: app_engine(args.weights, 0 if args.cold else DEFAULT_PREFIX_CACHE_BYTES))
     print(f"Engine: {engine.describe()}", flush=True)
     with tempfile.TemporaryDirectory(prefix="service-") as data_dir:
         cache = open_cache(data_dir, None, settings.max_entries, settings.embedding_model)

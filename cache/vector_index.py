@@ -42,6 +42,13 @@ class VectorIndex:
         if k < 1 or len(self) == 0:
             return []
         query = np.ascontiguousarray(vector, dtype=np.float32).reshape(1, self.dim)
+        # One query gains nothing from threads, and FAISS runs its parallel regions on the OpenMP runtime the
+        # process loaded first (torch's libgomp): a region here gave the searching thread a team of its own, and
+        # once libgomp manages more threads than cores its waiting threads stop spinning, which made every decode
+        # forward of a service on 2 cores about twice as dear from then on (AMD EPYC: a grounded reply's 8-row
+        # steps 12.6-14.3 against 22-26 ms). Set at every search: the setting is the calling thread's, and torch
+        # puts it back at a thread's first call.
+        faiss.omp_set_num_threads(1)
         scores, ids = self._index.search(query, min(k, len(self)))  # (1, k) each
         return [
             IndexHit(int(i), float(np.clip(s, -1.0, 1.0))) for s, i in zip(scores[0], ids[0], strict=True) if i >= 0

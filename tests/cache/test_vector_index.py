@@ -1,3 +1,7 @@
+import os
+import threading
+
+import faiss
 import numpy as np
 
 from cache import IndexHit, VectorIndex
@@ -51,3 +55,23 @@ def test_load_gives_an_empty_index_when_missing_corrupt_or_of_another_dim(tmp_pa
     assert len(VectorIndex.load(path, 16)) == 0
     path.write_bytes(path.read_bytes()[:40])  # truncated
     assert len(VectorIndex.load(path, 8)) == 0
+
+
+def test_a_search_starts_no_thread_whatever_the_threads_openmp_setting():
+    """FAISS runs its parallel regions on the OpenMP runtime the process loaded first (torch's): a search on two
+    threads gave the searching thread an OpenMP team of its own, and the decoder's forwards then cost twice as
+    much for the rest of the process (cache/vector_index.py)."""
+    index = VectorIndex(64)
+    index.add(range(400), unit_rows(400, dim=64))
+    counts = []
+
+    def search_in_a_fresh_thread() -> None:
+        faiss.omp_set_num_threads(2)  # as torch leaves a thread on a 2-core machine
+        before = len(os.listdir("/proc/self/task"))
+        index.search(unit_rows(1, dim=64, seed=1)[0], k=4)
+        counts.append((before, len(os.listdir("/proc/self/task"))))
+
+    thread = threading.Thread(target=search_in_a_fresh_thread)
+    thread.start()
+    thread.join()
+    assert counts[0][1] == counts[0][0]
