@@ -9,7 +9,7 @@ reply starts from exactly what a fresh cache holds and never sees an earlier rep
 
 import threading
 import weakref
-from collections import OrderedDict
+from collections import OrderedDict, deque
 
 import torch
 
@@ -26,10 +26,15 @@ class FreeCaches:
         self._free: OrderedDict[int, tuple[int, list[torch.Tensor], list[torch.Tensor]]] = OrderedDict()
         self._lock = threading.Lock()
         self._serial = 0  # keys of the free list: several caches of one length may wait at once
+        # Where finalizers put caches back. They run on whichever thread drops the last reference, also inside a
+        # garbage collection that an allocation under `_lock` started: so they take no lock, and a deque's append
+        # is atomic; `take` moves them into the free list.
+        self._returned: deque[tuple[int, list[torch.Tensor], list[torch.Tensor]]] = deque()
 
     def take(self, cache_len: int) -> tuple[list[torch.Tensor], list[torch.Tensor]] | None:
         """Zeroed keys and values of a kept cache of `cache_len` positions, or None when none waits."""
         with self._lock:
+            self._file_returned()
             serial = next((s for s, (length, _, _) in reversed(self._free.items()) if length == cache_len), None)
             if serial is None:
                 return None
@@ -41,17 +46,18 @@ class FreeCaches:
 
     def watch(self, cache: object, cache_len: int, keys: list[torch.Tensor], values: list[torch.Tensor]) -> None:
         """Keep `keys` and `values` once nothing refers to `cache` any more (the reply ended, its lanes too)."""
-        weakref.finalize(cache, self._keep, cache_len, keys, values)
+        if self.max_kept > 0:
+            weakref.finalize(cache, self._returned.append, (cache_len, keys, values))
 
-    def _keep(self, cache_len: int, keys: list[torch.Tensor], values: list[torch.Tensor]) -> None:
-        if self.max_kept <= 0:
-            return
-        with self._lock:
+    def _file_returned(self) -> None:
+        """Under `_lock`: returned caches join the free list, the oldest dropped past `max_kept`."""
+        while self._returned:
             self._serial += 1
-            self._free[self._serial] = (cache_len, keys, values)
-            while len(self._free) > self.max_kept:
-                self._free.popitem(last=False)
+            self._free[self._serial] = self._returned.popleft()
+        while len(self._free) > max(self.max_kept, 0):
+            self._free.popitem(last=False)
 
     def __len__(self) -> int:
         with self._lock:
+            self._file_returned()
             return len(self._free)

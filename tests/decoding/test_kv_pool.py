@@ -54,3 +54,14 @@ def test_free_caches_keep_the_most_recent_few_and_only_give_a_matching_length():
     keys, values = free.take(128)
     assert keys[0] is tensors[2][0][0] and not keys[0].any() and not values[0].any()  # the newest, zeroed
     assert free.take(128) is not None and free.take(128) is None
+
+
+def test_a_cache_released_while_the_free_list_is_locked_comes_back_without_the_lock():
+    """A finalizer runs wherever the last reference goes, also in a garbage collection that an allocation inside
+    `take` started while it held the lock: putting the cache back must not wait for that lock (a deadlock)."""
+    free = FreeCaches()
+    cache = type("Cache", (), {})()
+    free.watch(cache, 64, [torch.ones(2)], [torch.ones(2)])
+    with free._lock:
+        del cache  # its finalizer runs here, on the thread holding the lock
+    assert len(free) == 1 and free.take(64) is not None
