@@ -7,7 +7,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import Cache, StaticLayer
 
 from .packed import PackedLlama, PackedRunner
-from .repetition import REPETITION_OFF, RepetitionRule
+from .repetition import REPETITION_OFF, RepetitionRule, first_argmax
 from .steps import ONE_TOKEN_STEPS, StepConfig, verify_in_blocks
 from .threads import one_core_here
 
@@ -133,7 +133,7 @@ class ModelVerifier:
         # computes elsewhere (a test, a benchmark's baseline) goes to one core too.
         one_core_here()
         if not self.repetition.changes_choice:
-            return logits.argmax(dim=-1).tolist()
+            return first_argmax(logits)
         return [self.repetition.choose(row, [*reply, *drafts[:j]], self.grounded) for j, row in enumerate(logits)]
 
     def keep(self, n_inputs: int) -> None:

@@ -111,8 +111,8 @@ class RepetitionRule:
         `grounded` is numbers_in(the prompt)."""
         penalties = self.penalties(reply, grounded) if self.changes_choice else {}
         if not penalties:
-            return int(logits.argmax())
-        row = logits.float().clone()  # (V,) float32: exact for bf16 and fp32 logits alike
+            return first_argmax(logits)
+        row = logits.to(torch.float32, copy=True)  # (V,) float32: exact for bf16 and fp32 logits alike
         ids = torch.tensor(list(penalties), device=row.device)
         row[ids] -= torch.tensor(list(penalties.values()), dtype=torch.float32, device=row.device)
         return int(row.argmax())
@@ -180,6 +180,14 @@ RECOMMENDED_REPETITION_RULE = RepetitionRule(
     ground_numbers=True,
 )
 NAMED_RULES = {"dry": RECOMMENDED_REPETITION_RULE, "off": REPETITION_OFF}  # the choices of CHATBOT_REPETITION
+
+
+def first_argmax(logits: torch.Tensor) -> int | list[int]:
+    """The first index of the largest logit, of a row (V,) or of each row (n, V): the argmax of the float32 copy,
+    which converts bf16 exactly and keeps its order, ties and NaNs. torch's bf16 argmax takes 4x as long (49,152
+    logits: 180 against 42 us, one core, AMD EPYC), and a reply's thread picks 8 rows between two forwards."""
+    chosen = logits.float().argmax(dim=-1)
+    return chosen.tolist() if logits.dim() > 1 else int(chosen)
 
 
 NUMBER_JOINERS = ".,"  # inside a number ("12.50", "10,000"), never its first or last character

@@ -28,7 +28,13 @@ from decoding import (
     pack_model,
     sized_steps,
 )
-from decoding.repetition import MAX_PENALTY, RECOMMENDED_REPETITION_RULE, longest_repeat, repeat_lengths
+from decoding.repetition import (
+    MAX_PENALTY,
+    RECOMMENDED_REPETITION_RULE,
+    first_argmax,
+    longest_repeat,
+    repeat_lengths,
+)
 from decoding.simulate import simulate_llma
 
 from .invariance import make_tiny_model
@@ -400,3 +406,18 @@ def test_streamed_chunks_and_replay_agree_under_a_rule(tiny_model):
     assert steps[-1].result.tokens == reply.tokens
     sim = simulate_llma(prompt, [reply.tokens], reply.tokens, POLICIES[2], CURVE, options)
     assert sim.result.tokens == reply.tokens
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_the_float_argmax_picks_what_torchs_own_argmax_picks_ties_and_nans_included(dtype):
+    """first_argmax replaced torch's argmax on the logits themselves: replies made before must choose alike."""
+    generator = torch.Generator().manual_seed(5)
+    rows = torch.randn(64, 4096, generator=generator).to(dtype)
+    for i, row in enumerate(rows):
+        if i % 3 == 0:
+            row[(i * 37) % 4096] = row.max()  # a tie with the largest, before or after it
+        if i % 16 == 5:
+            row[(i * 11) % 4096] = float("nan")
+    assert first_argmax(rows) == rows.argmax(dim=-1).tolist()
+    assert [first_argmax(row) for row in rows] == [int(row.argmax()) for row in rows]
+    assert [REPETITION_OFF.choose(row, []) for row in rows] == [int(row.argmax()) for row in rows]
