@@ -88,7 +88,7 @@ def ask_timed(service: ChatService, question: str) -> tuple[Reply, float]:
     start = time.perf_counter()
     text_done = start
     for reply in service.stream(question):
-        if not reply.done:
+        if not reply.done or text_done == start:  # a reply whose only chunk is the final one ends there
             text_done = time.perf_counter()
     return reply, text_done - start
 

@@ -47,9 +47,14 @@ class VectorIndex:
         # once libgomp manages more threads than cores its waiting threads stop spinning, which made every decode
         # forward of a service on 2 cores about twice as dear from then on (AMD EPYC: a grounded reply's 8-row
         # steps 12.6-14.3 against 22-26 ms). Set at every search: the setting is the calling thread's, and torch
-        # puts it back at a thread's first call.
+        # puts it back at a thread's first call. Put back after: it is torch's setting of this thread too (a thread
+        # that decodes itself, where no scheduler does, must keep its cores).
+        threads = faiss.omp_get_max_threads()
         faiss.omp_set_num_threads(1)
-        scores, ids = self._index.search(query, min(k, len(self)))  # (1, k) each
+        try:
+            scores, ids = self._index.search(query, min(k, len(self)))  # (1, k) each
+        finally:
+            faiss.omp_set_num_threads(threads)
         return [
             IndexHit(int(i), float(np.clip(s, -1.0, 1.0))) for s, i in zip(scores[0], ids[0], strict=True) if i >= 0
         ]

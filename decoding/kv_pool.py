@@ -13,8 +13,9 @@ from collections import OrderedDict, deque
 
 import torch
 
-# A reply holds its cache while it decodes, so up to this many are kept for the replies after it: as many as
-# decode at once by default (CHATBOT_MAX_CONCURRENT_REPLIES), hence no more memory than a full house already took.
+# Kept for the replies after: as many as decode at once by default (CHATBOT_MAX_CONCURRENT_REPLIES). They are
+# kept whatever their lengths (steps of 256 positions), so idle ones can hold up to 8 x 23 MB (1,024 positions,
+# the bundled model in bf16) beyond the caches of the replies decoding.
 KEPT_CACHES = 8
 
 

@@ -45,6 +45,8 @@ class KvCache:
 
     Entries past what was accepted (a rejected draft, padding) stay until overwritten; the causal mask never
     lets a position see them, so rolling back is only moving where the next block is written.
+    Once nothing refers to the KvCache its tensors go to the next reply of its length (decoding/kv_pool.py): keep the
+    KvCache, not views of its tensors, for as long as they are read.
     """
 
     keys: list[torch.Tensor]
@@ -377,7 +379,8 @@ class PackedLlama:
             shape = (1, self.n_kv_heads, cache_len, self.head_dim)  # SDPA's fast CPU kernel wants 4-d inputs
             def zeros() -> list[torch.Tensor]:
                 return [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(self.n_layers)]
-            kept = zeros(), zeros()
+            with torch.inference_mode():  # every cache alike, new or kept: written under inference mode only
+                kept = zeros(), zeros()
         cache = KvCache(*kept)
         self._free_caches.watch(cache, cache_len, *kept)
         return cache

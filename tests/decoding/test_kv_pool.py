@@ -36,7 +36,7 @@ def test_replies_decoded_in_reused_caches_equal_replies_in_fresh_ones():
     fresh._free_caches = FreeCaches(max_kept=0)  # every reply in new zeros
     prompts = [random_ids(seed=s, n=20 + 13 * s) for s in range(4)]
     for prompt in prompts:
-        # The reusing model's cache still holds the previous reply's longer context past this prompt's length.
+        # The reusing model decodes in the previous reply's cache, zeroed again.
         assert greedy_generate(reusing, prompt, 40, steps=STEPS).tokens == \
             greedy_generate(fresh, prompt, 40, steps=STEPS).tokens
     assert len(reusing._free_caches) == 1 and len(fresh._free_caches) == 0

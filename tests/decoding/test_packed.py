@@ -344,7 +344,7 @@ def test_int_formats_prefill_dense_and_their_old_packing_prefills_in_its_own_for
 
     def prefilled(packed: PackedLlama) -> tuple[torch.Tensor, torch.Tensor]:
         cache = packed.new_cache(128)
-        return packed.prefill(ids, 0, cache, 64, chunked=False), cache.keys[-1][:, :, :40]
+        return packed.prefill(ids, 0, cache, 64, chunked=False), cache.keys[-1][:, :, :40].clone()
 
     # the old packing as its replies were made: prompts in its own format, through SDPA
     dense = PackedLlama(model)
