@@ -31,6 +31,9 @@ class Prompt:
     ids: list[int]
     messages: list[dict]
     dropped_turns: int  # earlier turns left out so that prompt and reply fit the context window
+    # How many of `ids` every prompt with this system prompt, article and approved answers begins with (the
+    # messages before the conversation, `beginning_ids`): where its prefill chunks break (StepConfig.prefill_break).
+    beginning: int = 0
 
 
 class InputError(ValueError):
@@ -158,7 +161,14 @@ def build_prompt(
             f"The question is too long for the model ({len(ids)} tokens with the instructions; "
             f"the limit is {max_prompt_tokens}). Please shorten it."
         )
-    return Prompt(ids=ids, messages=messages, dropped_turns=dropped)
+    return Prompt(ids=ids, messages=messages, dropped_turns=dropped, beginning=shared_beginning(tokenizer, head, ids))
+
+
+def shared_beginning(tokenizer, head: list[dict], ids: list[int]) -> int:
+    """How many of the prompt's `ids` are the head messages' own tokens; 0 where the template would not begin the
+    prompt with them (then nothing is broken off)."""
+    head_ids = template_ids(tokenizer, head)
+    return len(head_ids) if ids[: len(head_ids)] == head_ids else 0
 
 
 def beginning_ids(
@@ -167,8 +177,12 @@ def beginning_ids(
     """The token ids every prompt with this article and these approved answers begins with, whatever the question
     and history after them (the messages before the conversation; under "answer" the best approved answer comes
     after it, with the question)."""
-    head = head_messages(system_prompt, article, approved, layout)
-    encoded = tokenizer.apply_chat_template(head, add_generation_prompt=False, tokenize=True, return_dict=True)
+    return template_ids(tokenizer, head_messages(system_prompt, article, approved, layout))
+
+
+def template_ids(tokenizer, messages: list[dict]) -> list[int]:
+    """The chat template's token ids of `messages`, without the prompt for a reply."""
+    encoded = tokenizer.apply_chat_template(messages, add_generation_prompt=False, tokenize=True, return_dict=True)
     return list(encoded["input_ids"])
 
 

@@ -141,7 +141,7 @@ class ChatService:
         model = self.scheduler.model
         budget = int(WARM_SHARE * model.prefixes.max_bytes) // model.kv_bytes_per_token
         beginnings = prompt_beginnings(self.cache, self.tokenizer, self.model_id, self.settings, budget)
-        self.scheduler.warm(beginnings, lambda n: self.engine.steps(n, self.settings.max_new_tokens))
+        self.scheduler.warm(beginnings, lambda n: self.engine.steps(n, self.settings.max_new_tokens, beginning=n))
         self.warm_queued = len(beginnings)
         return len(beginnings)
 

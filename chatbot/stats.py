@@ -57,6 +57,7 @@ class ReplyStats:
     prefill_attention: str = "sdpa"  # how its prompt attended: "kernel" or "sdpa" (replies before it)
     shared_with: float = 0.0  # other replies in each of its decode forwards, on average (0: it decoded alone)
     prefill_chunk: int = 0  # its prompt fed in chunks of this many tokens (StepConfig.prefill_chunk); 0: one forward
+    prefill_break: int = 0  # where those chunks broke off its prompt's beginning (StepConfig.prefill_break); 0: none
     prompt_tokens: int = 0
     prompt_reused: int = 0  # prompt tokens whose keys and values an earlier reply's prefill gave (the prefix cache)
 
@@ -65,7 +66,8 @@ class ReplyStats:
         if not self.step_width:
             return ONE_TOKEN_STEPS
         return StepConfig(
-            self.step_width, self.cache_len, padded=self.padded_steps, prefill_chunk=self.prefill_chunk or None
+            self.step_width, self.cache_len, padded=self.padded_steps, prefill_chunk=self.prefill_chunk or None,
+            prefill_break=self.prefill_break if self.prefill_chunk else 0,
         )
 
     def rule(self) -> RepetitionRule:

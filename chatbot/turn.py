@@ -105,7 +105,8 @@ class TurnPlanner:
             question=question, history=kept, prompt=prompt, article=article, grounding=grounding,
             references=self.references(question, choice.matched), context_key=context_key(kept),
             prompt_hash=self.exact_key(prompt, article, grounding), session_id=session_id,
-            steps=self.engine.steps(len(prompt.ids), self.settings.max_new_tokens), matched=tuple(choice.matched),
+            steps=self.engine.steps(len(prompt.ids), self.settings.max_new_tokens, prompt.beginning),
+            matched=tuple(choice.matched),
         )
 
     def references(self, question: str, grounding: list[Hit]) -> list[Hit]:

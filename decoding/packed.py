@@ -552,8 +552,9 @@ class PackedRunner:
     def prefill_steps(self, prompt_ids: Sequence[int], counted: bool = True) -> Iterator[torch.Tensor | None]:
         """The prefill a forward at a time: None after each chunk but the last, then the last token's logits (V,).
 
-        Full chunks before the last one are taken from the model's prefix cache where an earlier prompt began
-        with the same tokens (decoding/prefix_cache.py), and kept there once computed. The prefill is shared by
+        Full chunks before the last one, and the shared beginning's last chunk (StepConfig.prefill_break), are
+        taken from the model's prefix cache where an earlier prompt began with the same tokens
+        (decoding/prefix_cache.py), and kept there once computed. The prefill is shared by
         greedy and LLMA alike, so any key count does; each forward's granule end is cheapest. `counted`: in the
         cache's reuse counts (a warm-up's prefill is not a prompt's)."""
         chunked, prefixes = self.steps.prefill_chunk is not None, self.model.prefixes
@@ -561,7 +562,7 @@ class PackedRunner:
         key = PrefixCache.first_key(self.steps.prefill_chunk or 0)
         reused = 0
         for start, end in self.steps.prefill_chunks(len(prompt_ids)):
-            full = kept and end - start == self.steps.prefill_chunk
+            full = kept and self.steps.kept_chunk(start, end)
             if full:
                 key = PrefixCache.next_key(key, prompt_ids[start:end])
             if full and end < len(prompt_ids) and (kv := prefixes.get(key)) is not None:

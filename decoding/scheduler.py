@@ -100,6 +100,20 @@ class _WarmJob:
             return True
 
 
+def _warm_job(ids: list[int], steps: Callable[[int], StepConfig]) -> _WarmJob | None:
+    """The prefill that puts a prompt beginning's kept chunks into the prefix cache; None when none would be."""
+    config = steps(len(ids))
+    if config.prefill_chunk is None or not ids:
+        return None
+    if config.prefill_break == len(ids):  # every chunk is kept, the last one ending at the break
+        return _WarmJob(ids, config)
+    whole = len(ids) - len(ids) % config.prefill_chunk  # else only full chunks are kept
+    # One token past them, so that the last full chunk is taken from the cache when already there, not computed
+    # again for its logits (PackedRunner.prefill_steps).
+    end = min(len(ids), whole + 1)
+    return _WarmJob(ids[:end], steps(end)) if whole else None
+
+
 class Scheduler:
     """Owns `model`: runs prefills between rounds and each round's blocks, at most `max_slots` replies, in one forward.
 
@@ -150,17 +164,13 @@ class Scheduler:
         self._thread.join()
 
     def warm(self, beginnings: Sequence[Sequence[int]], steps: Callable[[int], StepConfig]) -> None:
-        """Prefill each prompt beginning's full chunks into the prefix cache while the model is idle; `steps` gives
+        """Prefill each prompt beginning's kept chunks into the prefix cache while the model is idle; `steps` gives
         the step shape for a prompt of that many tokens (the chunking that real prompts get)."""
         with self._changed:
             for ids in beginnings:
-                chunk = steps(len(ids)).prefill_chunk
-                whole = len(ids) - len(ids) % chunk if chunk else 0  # only full chunks are kept
-                # One token past them, so that the last full chunk is taken from the cache when already there,
-                # not computed again for its logits (PackedRunner.prefill_steps).
-                end = min(len(ids), whole + 1)
-                if whole:
-                    self._warm.append(_WarmJob(list(ids[:end]), steps(end)))
+                job = _warm_job(list(ids), steps)
+                if job is not None:
+                    self._warm.append(job)
             self._changed.notify_all()
 
     def wait_warm(self, timeout: float | None = None) -> bool:

@@ -49,12 +49,20 @@ class StepConfig:
     # over exactly the keys at or before its position whatever the key count (decoding/csrc), so the granule only
     # split a draft into two forwards where it crossed one (some 2 in 19 forwards of a copied 128-token reply).
     cross_granules: bool = False
+    # Where the prompt's shared beginning ends (the messages before the conversation: system prompt, article,
+    # approved answers), 0 for none: chunks stop there and start again from it. The beginning's last chunk is then
+    # a chunk of its own, kept in the prefix cache like a full one, and only the conversation after it is prefilled
+    # for each question, instead of the beginning's tail that did not fill a chunk as well (some 40 tokens of a
+    # grounded prompt). A function of the prompt alone, stored with each reply so that Verify chunks alike.
+    prefill_break: int = 0
 
     def __post_init__(self) -> None:
         if self.width is not None and not 1 <= self.width <= self.cache_len:
             raise ValueError("step width must be at least 1 and at most cache_len")
         if self.prefill_chunk is not None and (self.prefill_chunk < 1 or self.prefill_chunk % self.key_granule):
             raise ValueError(f"prefill chunks must be a positive multiple of {self.key_granule} tokens")
+        if self.prefill_break < 0:
+            raise ValueError("the prefill break must not be negative")
 
     def check_fits(self, prompt_len: int, max_new_tokens: int) -> None:
         """Refuse a call whose prompt and reply would overflow the preallocated cache."""
@@ -71,9 +79,15 @@ class StepConfig:
         return min(self.width, self.key_granule - position % self.key_granule)
 
     def prefill_chunks(self, prompt_len: int) -> list[tuple[int, int]]:
-        """(start, end) of each forward that feeds a prompt of `prompt_len` tokens."""
+        """(start, end) of each forward that feeds a prompt of `prompt_len` tokens: chunks at multiples of the
+        chunk size up to the prefill break, then chunks from the break on."""
         chunk = self.prefill_chunk or prompt_len
-        return [(start, min(prompt_len, start + chunk)) for start in range(0, prompt_len, chunk)]
+        cut = self.prefill_break if self.prefill_chunk and 0 < self.prefill_break < prompt_len else prompt_len
+        return _chunks(0, cut, chunk) + _chunks(cut, prompt_len, chunk)
+
+    def kept_chunk(self, start: int, end: int) -> bool:
+        """Whether the prefill chunk start..end goes into the prefix cache: a full one, or the beginning's last."""
+        return self.prefill_chunk is not None and (end - start == self.prefill_chunk or end == self.prefill_break)
 
     def key_len(self, position: int) -> int:
         """How many keys a block starting at `position` attends over (its granule's end)."""
@@ -87,14 +101,18 @@ class StepConfig:
         return block + [block[-1]] * (self.width - len(block))
 
 
+def _chunks(start: int, end: int, size: int) -> list[tuple[int, int]]:
+    return [(first, min(end, first + size)) for first in range(start, end, size)]
+
+
 ONE_TOKEN_STEPS = StepConfig()
 CACHE_GRANULE = 256  # preallocated caches come in multiples of this, so nearby prompt lengths share one shape
-PREFILL_CHUNK = 64  # one key granule: the system prompt alone fills the first chunk (StepConfig.prefill_chunk)
+PREFILL_CHUNK = 64  # one key granule (StepConfig.prefill_chunk)
 
 
 def sized_steps(
     width: int | None, prompt_len: int, max_new_tokens: int, padded: bool = True, prefill_chunk: int | None = None,
-    cross_granules: bool = False,
+    cross_granules: bool = False, prefill_break: int = 0,
 ) -> StepConfig:
     """Steps of `width` with a cache just big enough for this prompt and reply budget, rounded up.
 
@@ -106,7 +124,7 @@ def sized_steps(
         return ONE_TOKEN_STEPS
     needed = prompt_len + max_new_tokens + width
     return StepConfig(width, -(-needed // CACHE_GRANULE) * CACHE_GRANULE, padded=padded, prefill_chunk=prefill_chunk,
-                      cross_granules=cross_granules)
+                      cross_granules=cross_granules, prefill_break=prefill_break if prefill_chunk else 0)
 
 
 def verify_in_blocks(

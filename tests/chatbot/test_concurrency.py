@@ -96,8 +96,11 @@ def test_warmed_prompt_beginnings_serve_later_prompts_and_change_no_reply(engine
         warm_replies = [warm.ask(q) for q in questions]
         assert [stored(warm, r) for r in warm_replies] == [stored(cold, r) for r in cold_replies]
         assert all(r.stats.grounding for r in warm_replies)  # so their prompts begin as a warmed beginning does
-        # Each prompt took all but its last chunk or two (the question's) from the warm-up.
-        assert all(r.stats.prompt_reused >= 256 for r in warm_replies), [r.stats.prompt_reused for r in warm_replies]
+        # Each prompt took its whole beginning from the warm-up, its chunks breaking where the beginning ends, and
+        # computed only what follows it (the question, and under the "answer" layout the approved answer again).
+        assert all(256 < r.stats.prompt_reused == r.stats.prefill_break for r in warm_replies), \
+            [(r.stats.prompt_reused, r.stats.prefill_break) for r in warm_replies]
+        assert warm.verify(warm_replies[0].id).identical
     finally:
         cold.cache.close()
         if warm is not None:

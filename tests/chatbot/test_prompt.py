@@ -122,6 +122,7 @@ def test_a_prompt_begins_with_the_beginning_warmed_for_its_article_and_approved_
     for turns in ([], history):
         prompt = build_prompt(tokenizer, "Be brief.", article, turns, "i forgot my password", 4096, approved, layout)
         assert prompt.ids[: len(beginning)] == beginning
+        assert prompt.beginning == len(beginning)  # where its prefill chunks break (StepConfig.prefill_break)
         assert len(prompt.ids) > len(beginning) + 5  # the question follows
     other = beginning_ids(tokenizer, "Be brief.", article, (), layout)
     assert other != beginning

@@ -34,7 +34,7 @@ from decoding import scheduler as scheduler_module
 from decoding.batch_probe import shared_forward_mismatches, short_block_mismatches
 from decoding.hardware import pick_dtype
 from decoding.lane_kernel import lane_kernel_refusal
-from decoding.packed import Lane
+from decoding.packed import Lane, PackedRunner
 from decoding.scheduler import Scheduler, Sharing, scheduled_llma_stream
 from decoding.threads import in_passing_thread, one_core_here
 from decoding.weights import q4_refusal
@@ -289,6 +289,20 @@ def test_beginnings_warmed_while_idle_are_held_uncounted_and_replies_stay_those_
     # Two full chunks of the first beginning; the second is shorter than a chunk, so nothing to keep.
     assert len(model.prefixes) == 2 and model.prefixes.stats.computed_tokens == computed
     check_random_mixtures(scheduler, jobs, alone, random.Random(3), rounds=2, fewest=1)
+
+
+def test_a_beginning_warmed_with_its_break_keeps_its_last_partial_chunk_too():
+    model = PackedLlama(make_tiny_model("llama", torch.bfloat16, seed=1))
+    scheduler = Scheduler(model, max_slots=2)
+    try:
+        scheduler.warm([random_ids(seed=7, n=140)], lambda n: StepConfig(4, 256, prefill_chunk=64, prefill_break=n))
+        assert scheduler.wait_warm(WAIT_S)
+    finally:
+        scheduler.close()
+    assert len(model.prefixes) == 3  # 0-64, 64-128 and the beginning's last 12 tokens
+    runner = PackedRunner(model, StepConfig(4, 256, prefill_chunk=64, prefill_break=140))
+    runner.prefill(random_ids(seed=7, n=140) + [3, 4, 5])
+    assert runner.reused == 140
 
 
 def test_a_reply_abandoned_midway_frees_its_slot():

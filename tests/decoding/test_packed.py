@@ -358,9 +358,11 @@ def test_int_formats_prefill_dense_and_their_old_packing_prefills_in_its_own_for
     assert not torch.equal(prefilled(own)[1], prefilled(dense)[1])  # the formats' keys differ: Verify must know
 
 
-def prefill_chunked(packed: PackedLlama, prompt: list[int], cache_len: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+def prefill_chunked(
+    packed: PackedLlama, prompt: list[int], cache_len: int, prefill_break: int = 0
+) -> tuple[torch.Tensor, torch.Tensor, int]:
     """The last token's logits, every prompt key of every layer, and how many prompt tokens were reused."""
-    runner = PackedRunner(packed, StepConfig(4, cache_len, prefill_chunk=64))
+    runner = PackedRunner(packed, StepConfig(4, cache_len, prefill_chunk=64, prefill_break=prefill_break))
     logits = runner.prefill(prompt)
     keys = torch.stack([layer[0, :, : len(prompt)] for layer in runner.cache.keys + runner.cache.values])
     return logits, keys, runner.reused
@@ -386,6 +388,34 @@ def test_a_prompt_prefilled_from_cached_chunks_has_the_bits_of_one_computed_whol
         if tuple(p) in cold:
             assert torch.equal(logits, cold[tuple(p)][0]) and torch.equal(keys, cold[tuple(p)][1])
     assert warm.prefixes.stats.reused_tokens == 448
+
+
+def test_chunks_break_where_the_beginning_ends_and_its_last_chunk_is_kept():
+    steps = StepConfig(4, 512, prefill_chunk=64, prefill_break=100)
+    assert steps.prefill_chunks(230) == [(0, 64), (64, 100), (100, 164), (164, 228), (228, 230)]
+    assert [steps.kept_chunk(*c) for c in steps.prefill_chunks(230)] == [True, True, True, True, False]
+    assert steps.prefill_chunks(100) == StepConfig(4, 512, prefill_chunk=64).prefill_chunks(100)
+    assert StepConfig(4, 512, prefill_break=100).prefill_chunks(230) == [(0, 230)]  # no chunks: nothing to break
+    with pytest.raises(ValueError):
+        StepConfig(4, 512, prefill_chunk=64, prefill_break=-1)
+
+
+@pytest.mark.parametrize("weights", ["dense", pytest.param("q4", marks=NO_Q4)])
+def test_a_beginning_prefilled_alone_serves_every_question_after_it_with_the_same_bits(weights):
+    """The warm-up prefills a beginning of 100 tokens with the break at its end: a prompt that starts with it and
+    breaks there takes all 100 tokens from the prefix cache, and gets the bits of a prefill that computed them."""
+    model = make_tiny_model("llama", torch.bfloat16, seed=6)
+    beginning = random_ids(seed=7, n=100)
+    prompts = [beginning + random_ids(seed=seed, n=50) for seed in (8, 9)]
+    cold = [prefill_chunked(PackedLlama(model, weights=weights), p, 256, prefill_break=100) for p in prompts]
+    warm = PackedLlama(model, weights=weights)
+    assert prefill_chunked(warm, beginning, 256, prefill_break=100)[2] == 0
+    assert len(warm.prefixes) == 2  # the full chunk and the beginning's last one
+    for prompt, (logits, keys, _) in zip(prompts, cold, strict=True):
+        got_logits, got_keys, reused = prefill_chunked(warm, prompt, 512, prefill_break=100)
+        assert reused == 100 and torch.equal(got_logits, logits) and torch.equal(got_keys, keys)
+    # Without the break the same prompt is other chunks: it shares the full first one only.
+    assert prefill_chunked(warm, prompts[0], 256)[2] == 64
 
 
 def test_the_prefix_cache_keeps_the_most_recent_chunks_within_its_bytes():
