@@ -68,6 +68,7 @@ class ReplyStats:
         return StepConfig(
             self.step_width, self.cache_len, padded=self.padded_steps, prefill_chunk=self.prefill_chunk or None,
             prefill_break=self.prefill_break if self.prefill_chunk else 0,
+            cross_granules=self.attention == "kernel",  # as Engine.steps gives the lane kernel's steps
         )
 
     def rule(self) -> RepetitionRule:

@@ -2,11 +2,14 @@
 
 Support prompts share long beginnings: the system prompt always, and the help article whenever two customers
 ask about the same thing. A prompt is prefilled in chunks of C tokens at multiples of C (StepConfig.prefill_chunk),
-so a chunk's keys and values are a function of the tokens up to its end alone: computed now or taken from here,
-they are the same bits, and a reply is the same whether its prompt's beginning was cached or not.
+breaking off where its shared beginning ends and going on from there (StepConfig.prefill_break), so a chunk's keys
+and values are a function of the tokens up to its end and of where the chunks before it began and ended: computed
+now or taken from here, they are the same bits, and a reply is the same whether its prompt's beginning was cached
+or not.
 
-A chunk is found by a digest chained over every token up to its end, so a chunk is reused only after the very
-same tokens. Least recently used chunks go first once `max_bytes` is reached. Safe to share between threads.
+A chunk is found by a digest chained over every chunk up to its end, each its tokens (4 bytes apiece, so the
+digest's input length is the chunk's length), so a chunk is reused only after the very same tokens cut into the
+very same chunks. Least recently used chunks go first once `max_bytes` is reached. Safe to share between threads.
 """
 
 import hashlib

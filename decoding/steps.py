@@ -38,12 +38,13 @@ class StepConfig:
     # int8 and int4 kernels on the Xeons): a greedy step then costs one row, not W.
     padded: bool = True
     # How the packed forward feeds the prompt: in chunks of this many tokens starting at its multiples (the last
-    # one shorter), each chunk attending over the keys up to its own end; None: the whole prompt in one forward
-    # (every reply before chunks). A chunk's keys and values are then a function of the tokens up to its end
-    # alone, whatever the prompt's length, the cache's size or the tokens after it, so a chunk computed for one
-    # prompt serves every prompt that starts with the same tokens (decoding/prefix_cache.py) without changing
-    # a bit; and a long prompt's prefill can give way to other replies' steps between its chunks. 64-token
-    # chunks cost 7% more than one forward for a 704-token prompt (756 vs 704 ms, AMD EPYC, dense bf16).
+    # one shorter; see prefill_break), each chunk attending over the keys up to its own end; None: the whole prompt
+    # in one forward (every reply before chunks). A chunk's keys and values are then a function of the tokens up to
+    # its end and the chunks they were cut into alone, whatever the prompt's length, the cache's size or the
+    # tokens after it, so a chunk computed for one prompt serves every prompt that starts with the same tokens
+    # (decoding/prefix_cache.py) without changing a bit; and a long prompt's prefill can give way to other
+    # replies' steps between its chunks. 64-token chunks cost 7% more than one forward for a 704-token prompt
+    # (756 vs 704 ms, AMD EPYC, dense bf16).
     prefill_chunk: int | None = None
     # Whether a block may cross a key granule: where decode steps attend through the lane kernel, each row attends
     # over exactly the keys at or before its position whatever the key count (decoding/csrc), so the granule only

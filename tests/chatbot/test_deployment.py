@@ -171,6 +171,10 @@ def test_prompts_that_begin_alike_reuse_their_chunks_and_reply_as_computed_whole
     # All of its beginning (the system message: no article here), where its chunks broke off.
     assert second.stats.prompt_reused == second.stats.prefill_break > 0
     assert second.stats.prompt_tokens > second.stats.prompt_reused
+    # What Verify reruns with is the chunking the reply had, break included.
+    rerun = ReplyStats.from_json(second.stats.to_json()).steps()
+    assert rerun.prefill_break == second.stats.prefill_break and rerun.prefill_chunk == 64
+    assert rerun.cross_granules == (service.engine.attention == "kernel")
     assert service.verify(first.id).identical and service.verify(second.id).identical
     cold = ChatService.open(Engine(PackedLlama(model), tokenizer, "tiny", 4), tmp_path / "b", settings=settings,
                             seed=Seed(), cost=CURVE)

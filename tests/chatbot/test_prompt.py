@@ -3,7 +3,15 @@
 import pytest
 from transformers import AutoTokenizer
 
-from chatbot.prompt import ApprovedAnswer, InputError, Message, beginning_ids, build_prompt, encode_messages
+from chatbot.prompt import (
+    ApprovedAnswer,
+    InputError,
+    Message,
+    beginning_ids,
+    build_prompt,
+    encode_messages,
+    shared_beginning,
+)
 from decoding.model_loading import DEFAULT_MODEL_DIR
 
 
@@ -126,3 +134,5 @@ def test_a_prompt_begins_with_the_beginning_warmed_for_its_article_and_approved_
         assert len(prompt.ids) > len(beginning) + 5  # the question follows
     other = beginning_ids(tokenizer, "Be brief.", article, (), layout)
     assert other != beginning
+    head = [{"role": "system", "content": "Be brief."}]
+    assert shared_beginning(tokenizer, head, [1, 2, 3]) == 0  # not the head's tokens: nothing is broken off

@@ -111,8 +111,11 @@ def tiny_jobs(rule_name: str, model: PackedLlama, seed: int) -> list[Job]:
     rule, rng = RULES[rule_name], random.Random(seed)
     jobs, beginning = [], random_ids(seed=seed, n=140)
     for i in range(4):
-        steps = StepConfig(width=rng.choice([4, 8]), cache_len=256, prefill_chunk=rng.choice([None, 64, 64]))
-        prompt = beginning[: rng.randrange(0, 140)] + random_ids(seed=seed + i, n=rng.randrange(3, 40))
+        shared = rng.randrange(0, 140)
+        # Chunks break off where the shared beginning ends, or elsewhere, or nowhere (StepConfig.prefill_break).
+        steps = StepConfig(width=rng.choice([4, 8]), cache_len=256, prefill_chunk=rng.choice([None, 64, 64]),
+                           prefill_break=rng.choice([0, 37, 100, shared]))
+        prompt = beginning[:shared] + random_ids(seed=seed + i, n=rng.randrange(3, 40))
         options = LlmaOptions(48, 2 if rule_name == "dry" else None, repetition=rule)
         greedy = greedy_generate(model, prompt, 48, options.eos_token_id, steps=steps, repetition=rule).tokens
         jobs.append(Job(prompt, [], FixedCopyPolicy(1, 1), replace(options, **NO_COPY), steps))

@@ -406,16 +406,22 @@ def test_a_beginning_prefilled_alone_serves_every_question_after_it_with_the_sam
     breaks there takes all 100 tokens from the prefix cache, and gets the bits of a prefill that computed them."""
     model = make_tiny_model("llama", torch.bfloat16, seed=6)
     beginning = random_ids(seed=7, n=100)
-    prompts = [beginning + random_ids(seed=seed, n=50) for seed in (8, 9)]
+    prompts = [beginning + random_ids(seed=seed, n=150) for seed in (8, 9)]  # 100-164 and 164-228 after the break
     cold = [prefill_chunked(PackedLlama(model, weights=weights), p, 256, prefill_break=100) for p in prompts]
+    unbroken = prefill_chunked(PackedLlama(model, weights=weights), prompts[0], 256)
     warm = PackedLlama(model, weights=weights)
     assert prefill_chunked(warm, beginning, 256, prefill_break=100)[2] == 0
     assert len(warm.prefixes) == 2  # the full chunk and the beginning's last one
     for prompt, (logits, keys, _) in zip(prompts, cold, strict=True):
         got_logits, got_keys, reused = prefill_chunked(warm, prompt, 512, prefill_break=100)
         assert reused == 100 and torch.equal(got_logits, logits) and torch.equal(got_keys, keys)
-    # Without the break the same prompt is other chunks: it shares the full first one only.
-    assert prefill_chunked(warm, prompts[0], 256)[2] == 64
+    # Asked again in another cache size: the chunks after the break come from the cache too (100-164, 164-228).
+    again = prefill_chunked(warm, prompts[0], 1024, prefill_break=100)
+    assert again[2] == 228 and torch.equal(again[0], cold[0][0]) and torch.equal(again[1], cold[0][1])
+    # Without the break the same prompt is other chunks: through the same cache it shares the full first one
+    # only, and gets the bits of its own prefill computed whole.
+    logits, keys, reused = prefill_chunked(warm, prompts[0], 256)
+    assert reused == 64 and torch.equal(logits, unbroken[0]) and torch.equal(keys, unbroken[1])
 
 
 def test_the_prefix_cache_keeps_the_most_recent_chunks_within_its_bytes():
