@@ -20,10 +20,11 @@ _PAGE = 200
 
 
 def prompt_beginnings(
-    cache: AnswerCache, tokenizer, model_id: str, settings: ChatSettings, budget_tokens: int,
+    cache: AnswerCache, tokenizer, model_id: str, settings: ChatSettings, budget_tokens: int, chunk: int = 1,
 ) -> list[list[int]]:
     """The beginnings to warm, approved answers' first (they hold their article's too), at most `budget_tokens`
-    tokens together; articles that no answer begins with follow."""
+    tokens together; articles that no answer begins with follow. `chunk`: the prefill chunk size, since two
+    beginnings share whole chunks only (the chunk a beginning ends in is its own)."""
     articles = {a.id: article_in_prompt(a.title, a.body) for a in cache.list_articles()} \
         if settings.use_knowledge_base else {}
     beginnings: list[list[int]] = []
@@ -42,7 +43,7 @@ def prompt_beginnings(
     ]
     kept, held, previous = [], 0, []
     for ids in beginnings:
-        held += len(ids) - common_prefix(ids, previous)  # answers of one article share its chunks
+        held += len(ids) - common_prefix(ids, previous) // chunk * chunk  # answers of one article share its chunks
         if held > budget_tokens:
             break
         kept.append(ids)
