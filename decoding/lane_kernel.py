@@ -1,5 +1,6 @@
 """Builds and loads the lane library once per machine: the lane attention kernel and RMS norm
-(decoding/csrc/lane_attention.cpp) and the q4 weight product (decoding/csrc/q4_product.cpp).
+(decoding/csrc/lane_attention.cpp), the q4 weight product (decoding/csrc/q4_product.cpp) and greedy's argmax
+(decoding/csrc/first_argmax.cpp).
 
 The kernel is compiled for the machine's own CPU (-march=native: AVX-512 where it has it) into a folder under
 ~/.cache named after the source, torch's version and the CPU's flags, so an edited source, another torch or
@@ -19,7 +20,8 @@ import torch
 
 logger = logging.getLogger(__name__)
 
-SOURCES = [Path(__file__).parent / "csrc" / name for name in ("lane_attention.cpp", "q4_product.cpp")]
+SOURCES = [Path(__file__).parent / "csrc" / name
+           for name in ("lane_attention.cpp", "q4_product.cpp", "first_argmax.cpp")]
 BUILD_ROOT = Path.home() / ".cache" / "llma-helpdesk" / "kernels"
 
 

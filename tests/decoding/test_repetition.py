@@ -28,6 +28,7 @@ from decoding import (
     pack_model,
     sized_steps,
 )
+from decoding.lane_kernel import lane_kernel_refusal
 from decoding.repetition import (
     MAX_PENALTY,
     RECOMMENDED_REPETITION_RULE,
@@ -421,3 +422,24 @@ def test_the_float_argmax_picks_what_torchs_own_argmax_picks_ties_and_nans_inclu
     assert first_argmax(rows) == rows.argmax(dim=-1).tolist()
     assert [first_argmax(row) for row in rows] == [int(row.argmax()) for row in rows]
     assert [REPETITION_OFF.choose(row, []) for row in rows] == [int(row.argmax()) for row in rows]
+    # Rows the kernel's 16 lanes do not divide (the largest, or the first NaN, in the last few), every value
+    # -inf, zeros of both signs, the largest last: the same index as torch's.
+    odd = torch.randn(6, 4101, generator=generator).to(dtype)
+    odd[0, 4100] = 100
+    odd[1, 4099] = float("nan")
+    odd[2] = float("-inf")
+    odd[3] = 0.0
+    odd[3, 3] = -0.0
+    odd[4, 4095] = odd[4, 5] = 100
+    odd[5, 4100] = float("inf")
+    assert first_argmax(odd) == odd.argmax(dim=-1).tolist()
+    assert first_argmax(odd[:, :4096]) == odd[:, :4096].argmax(dim=-1).tolist()
+    assert first_argmax(odd[:, :7]) == odd[:, :7].argmax(dim=-1).tolist()  # no whole block of 16
+
+
+@pytest.mark.skipif(lane_kernel_refusal() is not None, reason="the lane library is not built here")
+def test_the_argmax_kernel_agrees_with_torch_on_rows_full_of_ties_and_is_what_first_argmax_returns():
+    generator = torch.Generator().manual_seed(9)
+    for dtype in (torch.bfloat16, torch.float32):
+        rows = (torch.randn(32, 49152, generator=generator) * 3).round().to(dtype)  # rounded: many ties
+        assert torch.ops.llma.first_argmax(rows) == rows.argmax(dim=-1).tolist() == first_argmax(rows)
