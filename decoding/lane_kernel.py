@@ -22,6 +22,7 @@ logger = logging.getLogger(__name__)
 
 SOURCES = [Path(__file__).parent / "csrc" / name
            for name in ("lane_attention.cpp", "q4_product.cpp", "first_argmax.cpp")]
+HEADERS = [Path(__file__).parent / "csrc" / "lanes.h"]  # included by the sources: part of a build's name too
 BUILD_ROOT = Path.home() / ".cache" / "llma-helpdesk" / "kernels"
 
 
@@ -36,7 +37,7 @@ def lane_kernel_refusal() -> str | None:
         _put_ninja_on_path()
 
         # -march=native: a build is this CPU's, so the CPU's flags are part of its name
-        sources = b"".join(source.read_bytes() for source in SOURCES)
+        sources = b"".join(source.read_bytes() for source in [*SOURCES, *HEADERS])
         digest = hashlib.sha256(sources + torch.__version__.encode() + _cpu_flags().encode())
         folder = BUILD_ROOT / digest.hexdigest()[:16]
         folder.mkdir(parents=True, exist_ok=True)

@@ -6,36 +6,19 @@
 // (AVX-512 where the CPU has it, else one by one), then the row is read again up to the first element equal to it
 // (or the first NaN). Only comparisons: the index is torch's exactly, whatever the values.
 #include <ATen/ATen.h>
-#include <c10/util/BFloat16.h>
 #include <torch/library.h>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 #include <vector>
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
+
+#include "lanes.h"
 
 namespace {
 
 constexpr int64_t kLanes = 16;
-
-inline float as_float(float x) { return x; }
-
-inline float as_float(c10::BFloat16 x) {  // the bf16 bits are a float's upper half: exact, and a shift to vectorize
-  uint32_t bits = static_cast<uint32_t>(x.x) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
-
+using llma_lanes::to_f;
 #if defined(__AVX512F__)
-inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
-
-inline __m512 load16(const c10::BFloat16* p) {
-  __m256i half = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(half), 16));
-}
+using llma_lanes::load16;
 #endif
 
 template <typename T>
@@ -56,7 +39,7 @@ int64_t row_first_argmax(const T* row, int64_t n) {
   nan = nans != 0;
 #endif
   for (int64_t i = whole; i < n; ++i) {
-    float v = as_float(row[i]);
+    float v = to_f(row[i]);
     nan |= v != v;
     best = v > best ? v : best;
   }
@@ -69,7 +52,7 @@ int64_t row_first_argmax(const T* row, int64_t n) {
   }
 #endif
   for (int64_t i = whole; i < n; ++i) {
-    float v = as_float(row[i]);
+    float v = to_f(row[i]);
     if (nan ? v != v : v == best) return i;
   }
   return 0;  // not reached for n > 0: some element equals the largest (or is the first NaN)

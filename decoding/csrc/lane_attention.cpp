@@ -19,10 +19,11 @@
 #include <vector>
 #include <algorithm>
 
+#include "lanes.h"
+
 namespace {
 
-inline float to_f(float x) { return x; }
-inline float to_f(c10::BFloat16 x) { uint32_t b = uint32_t(x.x) << 16; float f; std::memcpy(&f, &b, 4); return f; }
+using llma_lanes::to_f;
 template <typename T> inline T from_f(float x);
 template <> inline float from_f<float>(float x) { return x; }
 template <> inline c10::BFloat16 from_f<c10::BFloat16>(float x) { return c10::BFloat16(x); }  // round to nearest even
@@ -57,12 +58,7 @@ inline float dot(const float* q, const T* k, int64_t dim) {
 
 
 #if defined(__AVX512F__)
-#include <immintrin.h>
-inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
-inline __m512 load16(const c10::BFloat16* p) {
-  __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
-}
+using llma_lanes::load16;
 #endif
 
 // One query row's score against one key: the same operations in the same order on every path, so a row's
