@@ -75,7 +75,43 @@ inline float score(const float* q, const T* k, int64_t dim) {
   return dot(q, k, dim);
 }
 
-constexpr int kChunk = 4;  // query rows that share each loaded key
+constexpr int kChunk = 4;  // query rows a task takes at least (run)
+constexpr int kValueRows = 6;  // query rows that share each loaded value: 24 of the 32 AVX-512 registers
+
+#if defined(__AVX512F__)
+// The 16 lane sums of 16 keys' scores (s[j]: key j's products, summed lane by lane) reduced to one float each,
+// key j in lane j, by exactly the additions _mm512_reduce_add_ps makes for one key (lanes i + i+8, then i + i+4,
+// then T[0] + T[2] and T[1] + T[3], then those two; GCC's avx512fintrin.h), in the same pairs and order. So a
+// score is the same bits as `score` gives, for a sixth of its shuffles.
+inline __m512 reduce16(const __m512* s) {
+  __m512 u[8], v[4], w[2];
+  for (int m = 0; m < 8; ++m)  // key 2m in lanes 0-7, key 2m+1 in lanes 8-15: high half + low half
+    u[m] = _mm512_add_ps(_mm512_shuffle_f32x4(s[2 * m], s[2 * m + 1], 0xEE),
+                         _mm512_shuffle_f32x4(s[2 * m], s[2 * m + 1], 0x44));
+  for (int p = 0; p < 4; ++p)  // block c: key 4p+c, lanes 4-7 + lanes 0-3
+    v[p] = _mm512_add_ps(_mm512_shuffle_f32x4(u[2 * p], u[2 * p + 1], 0xDD),
+                         _mm512_shuffle_f32x4(u[2 * p], u[2 * p + 1], 0x88));
+  for (int r = 0; r < 2; ++r)  // block c: (T[0] + T[2], T[1] + T[3]) of keys 8r+c, 8r+4+c
+    w[r] = _mm512_add_ps(_mm512_shuffle_ps(v[2 * r], v[2 * r + 1], 0x44),
+                         _mm512_shuffle_ps(v[2 * r], v[2 * r + 1], 0xEE));
+  // lane 4c+e: key c+4e, its T[0] + T[1]
+  const __m512 z = _mm512_add_ps(_mm512_shuffle_ps(w[0], w[1], 0x88), _mm512_shuffle_ps(w[0], w[1], 0xDD));
+  return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), z);
+}
+
+// One query row's scores against 16 keys (kf: 16 rows of Dim floats), as `score` computes each (Dim % 16 == 0).
+template <int64_t Dim>
+inline __m512 scores16(const float* q, const float* kf) {
+  __m512 s[16];
+  const __m512 q0 = _mm512_loadu_ps(q);
+  for (int j = 0; j < 16; ++j) s[j] = _mm512_mul_ps(q0, _mm512_loadu_ps(kf + j * Dim));
+  for (int64_t d = 16; d < Dim; d += 16) {
+    const __m512 qd = _mm512_loadu_ps(q + d);
+    for (int j = 0; j < 16; ++j) s[j] = _mm512_fmadd_ps(qd, _mm512_loadu_ps(kf + j * Dim + d), s[j]);
+  }
+  return reduce16(s);
+}
+#endif
 
 #if defined(__AVX512F__)
 inline __m512 exp16(__m512 x) {  // exp_nonpositive, 16 at a time
@@ -134,6 +170,51 @@ inline void add_weighted(float* acc, float w, const T* v, int64_t dim) {
   for (int64_t d = 0; d < dim; ++d) acc[d] += w * to_f(v[d]);
 }
 
+// A thread's own float buffer `which` of at least n floats, kept between calls: a prompt chunk's scores take some
+// 0.5 MB, which a fresh vector would take from the system (page faults) and zero on every call.
+inline float* scratch(int which, int64_t n) {
+  static thread_local std::vector<float> buffers[2];
+  std::vector<float>& buffer = buffers[which];
+  if (int64_t(buffer.size()) < n) buffer.resize(n);
+  return buffer.data();
+}
+
+#if defined(__AVX512F__)
+// Rows' scores 16 keys at a time, the keys widened to floats once for all rows (scores16).
+template <int64_t Dim, typename T>
+void row_scores16(const float* q, int64_t n_q, const int64_t* lo, const int64_t* hi, int64_t lo_all, int64_t hi_all,
+                  int64_t span, const T* kc, float* scores) {
+  alignas(64) float kf[16 * Dim];
+  for (int64_t b = lo_all; b < hi_all; b += 16) {
+    const int64_t nb = std::min<int64_t>(16, hi_all - b);
+    for (int64_t j = 0; j < 16; ++j)
+      for (int64_t d = 0; d < Dim; d += 16)
+        _mm512_store_ps(kf + j * Dim + d, j < nb ? load16(kc + (b + j) * Dim + d) : _mm512_setzero_ps());
+    for (int64_t a = 0; a < n_q; ++a) {
+      const int64_t from = std::max(b, lo[a]), to = std::min(b + 16, hi[a]);
+      if (from >= to) continue;
+      // lanes from-b .. to-b of this block are row a's keys; it stores them at its offsets i - lo[a]
+      const __mmask16 keep = __mmask16(((1u << (to - b)) - 1) & ~((1u << (from - b)) - 1));
+      _mm512_mask_storeu_ps(scores + a * span + (b - lo[a]), keep, scores16<Dim>(q + a * Dim, kf));
+    }
+  }
+}
+#endif
+
+// The scores of n_q query rows (q: n_q x dim floats) against their keys: row a's against keys lo[a]..hi[a] at
+// scores[a * span ..]. With AVX-512 and a head size of 64 or 128, 16 keys at a time (row_scores16); else key by
+// key (score). Both give every score the same bits.
+template <typename T>
+void row_scores(const float* q, int64_t n_q, int64_t dim, const int64_t* lo, const int64_t* hi, int64_t lo_all,
+                int64_t hi_all, int64_t span, const T* kc, float* scores) {
+#if defined(__AVX512F__)
+  if (dim == 64) return row_scores16<64>(q, n_q, lo, hi, lo_all, hi_all, span, kc, scores);
+  if (dim == 128) return row_scores16<128>(q, n_q, lo, hi, lo_all, hi_all, span, kc, scores);
+#endif
+  for (int64_t a = 0; a < n_q; ++a)
+    for (int64_t i = lo[a]; i < hi[a]; ++i) scores[a * span + (i - lo[a])] = score(q + a * dim, kc + i * dim, dim);
+}
+
 // The rows of query heads group*kvh.. of one lane (T rows each) against that lane's keys of kv head kvh.
 // Every query row's score with a key is the same operations whichever rows share the call, and its weighted
 // values are summed over its keys in ascending order on every path: a row's bits never depend on its company.
@@ -155,42 +236,28 @@ void attend_group(const T* x, int64_t width, int64_t first, int64_t n_rows, int6
   }
   const int64_t lo_all = *std::min_element(lo.begin(), lo.end()), hi_all = *std::max_element(hi.begin(), hi.end());
   const int64_t span = (hi_all - lo_all + 15) / 16 * 16;
-  std::vector<float> scores(n_q * span);
-  for (int64_t a0 = 0; a0 < n_q; a0 += kChunk) {
-    const int64_t na = std::min<int64_t>(kChunk, n_q - a0);
+  // Each row's scores (a row's own segment of `span` floats, past 16 of front room for masked stores).
+  float* scores = scratch(0, 16 + n_q * span) + 16;
+  row_scores(q.data(), n_q, dim, lo.data(), hi.data(), lo_all, hi_all, span, kc, scores);
+  for (int64_t a = 0; a < n_q; ++a) sum[a] = softmax_weights(scores + a * span, hi[a] - lo[a]);
+#if defined(__AVX512F__)
+  // The values widened to floats once for all rows (the rows' chunks read them from here, not each anew).
+  float* vf = nullptr;
+  if (dim == 64) {
+    vf = scratch(1, (hi_all - lo_all) * dim);
+    for (int64_t i = lo_all; i < hi_all; ++i)
+      for (int64_t d = 0; d < dim; d += 16) _mm512_storeu_ps(vf + (i - lo_all) * dim + d, load16(vc + i * dim + d));
+  }
+#endif
+  for (int64_t a0 = 0; a0 < n_q; a0 += kValueRows) {
+    const int64_t na = std::min<int64_t>(kValueRows, n_q - a0);
     int64_t c_lo = *std::max_element(lo.begin() + a0, lo.begin() + a0 + na);
     int64_t c_hi = *std::min_element(hi.begin() + a0, hi.begin() + a0 + na);
     bool fast = false;
 #if defined(__AVX512F__)
-    fast = dim == 64 && na == kChunk && c_lo < c_hi;
+    fast = dim == 64 && na == kValueRows && c_lo < c_hi;
 #endif
     if (!fast) c_lo = c_hi = hi_all;  // every key on the per-row path
-    auto slow_scores = [&](int64_t i0, int64_t i1) {
-      for (int64_t i = i0; i < i1; ++i)
-        for (int64_t a = a0; a < a0 + na; ++a)
-          if (i >= lo[a] && i < hi[a]) scores[a * span + (i - lo[a])] = score(q.data() + a * dim, kc + i * dim, dim);
-    };
-    slow_scores(lo_all, c_lo);
-#if defined(__AVX512F__)
-    if (fast) {
-      __m512 qv[kChunk][4];
-      for (int a = 0; a < kChunk; ++a)
-        for (int d = 0; d < 4; ++d) qv[a][d] = load16(q.data() + (a0 + a) * dim + 16 * d);
-      for (int64_t i = c_lo; i < c_hi; ++i) {
-        const T* kr = kc + i * dim;
-        const __m512 k0 = load16(kr), k1 = load16(kr + 16), k2 = load16(kr + 32), k3 = load16(kr + 48);
-        for (int a = 0; a < kChunk; ++a) {
-          __m512 s = _mm512_mul_ps(qv[a][0], k0);
-          s = _mm512_fmadd_ps(qv[a][1], k1, s);
-          s = _mm512_fmadd_ps(qv[a][2], k2, s);
-          s = _mm512_fmadd_ps(qv[a][3], k3, s);
-          scores[(a0 + a) * span + (i - lo[a0 + a])] = _mm512_reduce_add_ps(s);
-        }
-      }
-    }
-#endif
-    slow_scores(c_hi, hi_all);
-    for (int64_t a = a0; a < a0 + na; ++a) sum[a] = softmax_weights(scores.data() + a * span, hi[a] - lo[a]);
     auto slow_values = [&](int64_t i0, int64_t i1) {
       for (int64_t i = i0; i < i1; ++i)
         for (int64_t a = a0; a < a0 + na; ++a)
@@ -198,22 +265,26 @@ void attend_group(const T* x, int64_t width, int64_t first, int64_t n_rows, int6
     };
     slow_values(lo_all, c_lo);
 #if defined(__AVX512F__)
-    if (fast) {
-      __m512 av[kChunk][4];
-      for (int a = 0; a < kChunk; ++a)
+    if (fast) {  // add_weighted's operations for kValueRows rows at a time, in registers
+      __m512 av[kValueRows][4];
+      const float* w_row[kValueRows];
+      for (int a = 0; a < kValueRows; ++a) {
         for (int d = 0; d < 4; ++d) av[a][d] = _mm512_loadu_ps(acc.data() + (a0 + a) * dim + 16 * d);
+        w_row[a] = scores + (a0 + a) * span - lo[a0 + a];  // w_row[a][i]: row a0+a's weight of key i
+      }
       for (int64_t i = c_lo; i < c_hi; ++i) {
-        const T* vr = vc + i * dim;
-        const __m512 v0 = load16(vr), v1 = load16(vr + 16), v2 = load16(vr + 32), v3 = load16(vr + 48);
-        for (int a = 0; a < kChunk; ++a) {
-          const __m512 w = _mm512_set1_ps(scores[(a0 + a) * span + (i - lo[a0 + a])]);
+        const float* vr = vf + (i - lo_all) * dim;
+        const __m512 v0 = _mm512_loadu_ps(vr), v1 = _mm512_loadu_ps(vr + 16), v2 = _mm512_loadu_ps(vr + 32),
+                     v3 = _mm512_loadu_ps(vr + 48);
+        for (int a = 0; a < kValueRows; ++a) {
+          const __m512 w = _mm512_set1_ps(w_row[a][i]);
           av[a][0] = _mm512_fmadd_ps(w, v0, av[a][0]);
           av[a][1] = _mm512_fmadd_ps(w, v1, av[a][1]);
           av[a][2] = _mm512_fmadd_ps(w, v2, av[a][2]);
           av[a][3] = _mm512_fmadd_ps(w, v3, av[a][3]);
         }
       }
-      for (int a = 0; a < kChunk; ++a)
+      for (int a = 0; a < kValueRows; ++a)
         for (int d = 0; d < 4; ++d) _mm512_storeu_ps(acc.data() + (a0 + a) * dim + 16 * d, av[a][d]);
     }
 #endif
@@ -309,6 +380,27 @@ at::Tensor lane_attention(const at::Tensor& qkv, const at::Tensor& cos, const at
   return out;
 }
 
+// Every row of q (N, D) scored against every key of k (M, D), float32, as attend_group scores them: 16 keys at a
+// time (`by_sixteen`, D 64 or 128 on AVX-512) or key by key. For the tests that hold the two to the same bits (the
+// replies stored before the 16-key path came must verify as they were decoded).
+at::Tensor key_scores(const at::Tensor& q, const at::Tensor& k, bool by_sixteen) {
+  TORCH_CHECK(q.is_contiguous() && k.is_contiguous() && q.dim() == 2 && k.dim() == 2 && q.size(1) == k.size(1) &&
+              q.scalar_type() == at::kFloat && k.scalar_type() == at::kFloat, "key_scores: q (N, D), k (M, D), float32");
+  const int64_t n = q.size(0), m = k.size(0), dim = q.size(1), span = (m + 15) / 16 * 16;
+  std::vector<int64_t> lo(n, 0), hi(n, m);
+  std::vector<float> room(16 + n * span);
+  float* scores = room.data() + 16;
+  if (by_sixteen) {
+    row_scores<float>(q.data_ptr<float>(), n, dim, lo.data(), hi.data(), 0, m, span, k.data_ptr<float>(), scores);
+  } else {
+    for (int64_t a = 0; a < n; ++a)
+      for (int64_t i = 0; i < m; ++i) scores[a * span + i] = score(q.data_ptr<float>() + a * dim, k.data_ptr<float>() + i * dim, dim);
+  }
+  at::Tensor out = at::empty({n, m}, q.options());
+  for (int64_t a = 0; a < n; ++a) std::copy(scores + a * span, scores + a * span + m, out.data_ptr<float>() + a * m);
+  return out;
+}
+
 // RMS norm of each row of x (N, H): x * weight / sqrt(mean(x^2) + eps), in fp32 and rounded once. F.rms_norm
 // upcasts and rounds in several aten calls (some 29 us a call for one bundled-model row, 61 calls a step: a sixth
 // of a one-row step); here a row is one pass. Its sum of squares runs in a fixed order per row, so a row's bits
@@ -354,6 +446,8 @@ TORCH_LIBRARY(llma, m) {
   m.def("lane_attention(Tensor qkv, Tensor cos, Tensor sin, Tensor(a!)[] keys, Tensor(b!)[] values, int[] sizes, "
         "int[] starts, int heads, int kv_heads, int window, float scale) -> Tensor");
   m.impl("lane_attention", c10::DispatchKey::CPU, TORCH_FN(lane_attention));
+  m.def("key_scores(Tensor q, Tensor k, bool by_sixteen) -> Tensor");
+  m.impl("key_scores", c10::DispatchKey::CPU, TORCH_FN(key_scores));
   m.def("rms_norm(Tensor x, Tensor weight, float eps) -> Tensor");
   m.impl("rms_norm", c10::DispatchKey::CPU, TORCH_FN(rms_norm));
 }

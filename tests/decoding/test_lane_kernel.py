@@ -129,6 +129,21 @@ def test_packed_steps_through_the_kernel_match_steps_through_sdpa(arch):
     assert torch.equal(results[2][0], results[1][0])
 
 
+@pytest.mark.parametrize("dim", [64, 128])
+def test_scores_sixteen_keys_at_a_time_have_the_bits_of_scores_key_by_key(dim):
+    """Head sizes 64 and 128 score 16 keys at a time (one transposed reduction for all 16); the replies decoded
+    while the kernel scored key by key must keep their bits, or Verify would fail them."""
+    gen = torch.Generator().manual_seed(dim)
+    q = torch.randn(7, dim, generator=gen) * 3
+    k = torch.cat([torch.randn(37, dim, generator=gen) * 3,
+                   torch.randn(16, dim, generator=gen).bfloat16().float(),  # keys as a bf16 cache holds them
+                   torch.zeros(2, dim), torch.full((1, dim), 1e-30), torch.full((1, dim), 3e38)])
+    by_sixteen = torch.ops.llma.key_scores(q, k, True)
+    key_by_key = torch.ops.llma.key_scores(q, k, False)
+    assert torch.equal(by_sixteen.view(torch.int32), key_by_key.view(torch.int32))  # every bit, inf and signed 0
+    assert torch.allclose(by_sixteen[:, :37], q @ k[:37].T, rtol=1e-4, atol=1e-3)
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_the_kernel_s_rms_norm_is_f_rms_norm_and_each_row_its_own(dtype):
     gen = torch.Generator().manual_seed(4)
