@@ -10,6 +10,7 @@ reply starts from exactly what a fresh cache holds and never sees an earlier rep
 import threading
 import weakref
 from collections import OrderedDict, deque
+from dataclasses import dataclass
 
 import torch
 
@@ -19,36 +20,45 @@ import torch
 KEPT_CACHES = 8
 
 
+@dataclass(frozen=True)
+class KeptCache:
+    """One finished reply's layer tensors, waiting for the next reply of its length."""
+
+    cache_len: int
+    keys: list[torch.Tensor]
+    values: list[torch.Tensor]
+
+
 class FreeCaches:
     """Layer tensors of caches no reply holds any more, by cache length, oldest dropped first past `max_kept`."""
 
     def __init__(self, max_kept: int = KEPT_CACHES) -> None:
         self.max_kept = max_kept
-        self._free: OrderedDict[int, tuple[int, list[torch.Tensor], list[torch.Tensor]]] = OrderedDict()
+        self._free: OrderedDict[int, KeptCache] = OrderedDict()
         self._lock = threading.Lock()
         self._serial = 0  # keys of the free list: several caches of one length may wait at once
         # Where finalizers put caches back. They run on whichever thread drops the last reference, also inside a
         # garbage collection that an allocation under `_lock` started: so they take no lock, and a deque's append
         # is atomic; `take` moves them into the free list.
-        self._returned: deque[tuple[int, list[torch.Tensor], list[torch.Tensor]]] = deque()
+        self._returned: deque[KeptCache] = deque()
 
     def take(self, cache_len: int) -> tuple[list[torch.Tensor], list[torch.Tensor]] | None:
         """Zeroed keys and values of a kept cache of `cache_len` positions, or None when none waits."""
         with self._lock:
             self._file_returned()
-            serial = next((s for s, (length, _, _) in reversed(self._free.items()) if length == cache_len), None)
+            serial = next((s for s, kept in reversed(self._free.items()) if kept.cache_len == cache_len), None)
             if serial is None:
                 return None
-            _, keys, values = self._free.pop(serial)
+            kept = self._free.pop(serial)
         with torch.inference_mode():  # a cache made under it may only be written under it (every forward is)
-            for entries in (*keys, *values):
+            for entries in (*kept.keys, *kept.values):
                 entries.zero_()
-        return keys, values
+        return kept.keys, kept.values
 
     def watch(self, cache: object, cache_len: int, keys: list[torch.Tensor], values: list[torch.Tensor]) -> None:
         """Keep `keys` and `values` once nothing refers to `cache` any more (the reply ended, its lanes too)."""
         if self.max_kept > 0:
-            weakref.finalize(cache, self._returned.append, (cache_len, keys, values))
+            weakref.finalize(cache, self._returned.append, KeptCache(cache_len, keys, values))
 
     def _file_returned(self) -> None:
         """Under `_lock`: returned caches join the free list, the oldest dropped past `max_kept`."""
