@@ -75,14 +75,14 @@ inline float score(const float* q, const T* k, int64_t dim) {
   return dot(q, k, dim);
 }
 
-constexpr int kChunk = 4;  // query rows a task takes at least (run)
+constexpr int kChunk = 4;  // a lone lane's rows are cut into tasks of at least this many (run)
 constexpr int kValueRows = 6;  // query rows that share each loaded value: 24 of the 32 AVX-512 registers
 
 #if defined(__AVX512F__)
 // The 16 lane sums of 16 keys' scores (s[j]: key j's products, summed lane by lane) reduced to one float each,
 // key j in lane j, by exactly the additions _mm512_reduce_add_ps makes for one key (lanes i + i+8, then i + i+4,
 // then T[0] + T[2] and T[1] + T[3], then those two; GCC's avx512fintrin.h), in the same pairs and order. So a
-// score is the same bits as `score` gives, for a sixth of its shuffles.
+// score is the same bits as `score` gives, for about half its shuffles and a quarter of its adds.
 inline __m512 reduce16(const __m512* s) {
   __m512 u[8], v[4], w[2];
   for (int m = 0; m < 8; ++m)  // key 2m in lanes 0-7, key 2m+1 in lanes 8-15: high half + low half
@@ -171,7 +171,8 @@ inline void add_weighted(float* acc, float w, const T* v, int64_t dim) {
 }
 
 // A thread's own float buffer `which` of at least n floats, kept between calls: a prompt chunk's scores take some
-// 0.5 MB, which a fresh vector would take from the system (page faults) and zero on every call.
+// 0.5 MB, which a fresh vector would take from the system (page faults) and zero on every call. A later call with
+// the same `which` may move the buffer: each is taken once per attend_group (0: scores, 1: values).
 inline float* scratch(int which, int64_t n) {
   static thread_local std::vector<float> buffers[2];
   std::vector<float>& buffer = buffers[which];
@@ -215,6 +216,45 @@ void row_scores(const float* q, int64_t n_q, int64_t dim, const int64_t* lo, con
     for (int64_t i = lo[a]; i < hi[a]; ++i) scores[a * span + (i - lo[a])] = score(q + a * dim, kc + i * dim, dim);
 }
 
+#if defined(__AVX512F__)
+// add_weighted's operations for Rows rows (head size 64) over keys c_lo..c_hi, in registers: row a's weight of key
+// i is w[a * span + i - lo[a]], its sums acc[a * 64 ..]; the values vf from key lo_all, widened to floats.
+template <int Rows>
+void value_rows_of(float* acc, const float* w, int64_t span, const int64_t* lo, const float* vf, int64_t lo_all,
+                   int64_t c_lo, int64_t c_hi) {
+  __m512 av[Rows][4];
+  for (int a = 0; a < Rows; ++a)
+    for (int d = 0; d < 4; ++d) av[a][d] = _mm512_loadu_ps(acc + a * 64 + 16 * d);
+  for (int64_t i = c_lo; i < c_hi; ++i) {
+    const float* vr = vf + (i - lo_all) * 64;
+    const __m512 v0 = _mm512_loadu_ps(vr), v1 = _mm512_loadu_ps(vr + 16), v2 = _mm512_loadu_ps(vr + 32),
+                 v3 = _mm512_loadu_ps(vr + 48);
+    for (int a = 0; a < Rows; ++a) {
+      const __m512 wv = _mm512_set1_ps(w[a * span + (i - lo[a])]);
+      av[a][0] = _mm512_fmadd_ps(wv, v0, av[a][0]);
+      av[a][1] = _mm512_fmadd_ps(wv, v1, av[a][1]);
+      av[a][2] = _mm512_fmadd_ps(wv, v2, av[a][2]);
+      av[a][3] = _mm512_fmadd_ps(wv, v3, av[a][3]);
+    }
+  }
+  for (int a = 0; a < Rows; ++a)
+    for (int d = 0; d < 4; ++d) _mm512_storeu_ps(acc + a * 64 + 16 * d, av[a][d]);
+}
+
+inline void value_rows(int rows, float* acc, const float* w, int64_t span, const int64_t* lo, const float* vf,
+                       int64_t lo_all, int64_t c_lo, int64_t c_hi) {
+  static_assert(kValueRows == 6, "one case per chunk size");
+  switch (rows) {
+    case 1: return value_rows_of<1>(acc, w, span, lo, vf, lo_all, c_lo, c_hi);
+    case 2: return value_rows_of<2>(acc, w, span, lo, vf, lo_all, c_lo, c_hi);
+    case 3: return value_rows_of<3>(acc, w, span, lo, vf, lo_all, c_lo, c_hi);
+    case 4: return value_rows_of<4>(acc, w, span, lo, vf, lo_all, c_lo, c_hi);
+    case 5: return value_rows_of<5>(acc, w, span, lo, vf, lo_all, c_lo, c_hi);
+    default: return value_rows_of<6>(acc, w, span, lo, vf, lo_all, c_lo, c_hi);
+  }
+}
+#endif
+
 // The rows of query heads group*kvh.. of one lane (T rows each) against that lane's keys of kv head kvh.
 // Every query row's score with a key is the same operations whichever rows share the call, and its weighted
 // values are summed over its keys in ascending order on every path: a row's bits never depend on its company.
@@ -255,7 +295,7 @@ void attend_group(const T* x, int64_t width, int64_t first, int64_t n_rows, int6
     int64_t c_hi = *std::min_element(hi.begin() + a0, hi.begin() + a0 + na);
     bool fast = false;
 #if defined(__AVX512F__)
-    fast = dim == 64 && na == kValueRows && c_lo < c_hi;
+    fast = dim == 64 && c_lo < c_hi;
 #endif
     if (!fast) c_lo = c_hi = hi_all;  // every key on the per-row path
     auto slow_values = [&](int64_t i0, int64_t i1) {
@@ -265,28 +305,7 @@ void attend_group(const T* x, int64_t width, int64_t first, int64_t n_rows, int6
     };
     slow_values(lo_all, c_lo);
 #if defined(__AVX512F__)
-    if (fast) {  // add_weighted's operations for kValueRows rows at a time, in registers
-      __m512 av[kValueRows][4];
-      const float* w_row[kValueRows];
-      for (int a = 0; a < kValueRows; ++a) {
-        for (int d = 0; d < 4; ++d) av[a][d] = _mm512_loadu_ps(acc.data() + (a0 + a) * dim + 16 * d);
-        w_row[a] = scores + (a0 + a) * span - lo[a0 + a];  // w_row[a][i]: row a0+a's weight of key i
-      }
-      for (int64_t i = c_lo; i < c_hi; ++i) {
-        const float* vr = vf + (i - lo_all) * dim;
-        const __m512 v0 = _mm512_loadu_ps(vr), v1 = _mm512_loadu_ps(vr + 16), v2 = _mm512_loadu_ps(vr + 32),
-                     v3 = _mm512_loadu_ps(vr + 48);
-        for (int a = 0; a < kValueRows; ++a) {
-          const __m512 w = _mm512_set1_ps(w_row[a][i]);
-          av[a][0] = _mm512_fmadd_ps(w, v0, av[a][0]);
-          av[a][1] = _mm512_fmadd_ps(w, v1, av[a][1]);
-          av[a][2] = _mm512_fmadd_ps(w, v2, av[a][2]);
-          av[a][3] = _mm512_fmadd_ps(w, v3, av[a][3]);
-        }
-      }
-      for (int a = 0; a < kValueRows; ++a)
-        for (int d = 0; d < 4; ++d) _mm512_storeu_ps(acc.data() + (a0 + a) * dim + 16 * d, av[a][d]);
-    }
+    if (fast) value_rows(int(na), acc.data() + a0 * dim, scores + a0 * span, span, lo.data() + a0, vf, lo_all, c_lo, c_hi);
 #endif
     slow_values(c_hi, hi_all);
   }
@@ -385,7 +404,8 @@ at::Tensor lane_attention(const at::Tensor& qkv, const at::Tensor& cos, const at
 // replies stored before the 16-key path came must verify as they were decoded).
 at::Tensor key_scores(const at::Tensor& q, const at::Tensor& k, bool by_sixteen) {
   TORCH_CHECK(q.is_contiguous() && k.is_contiguous() && q.dim() == 2 && k.dim() == 2 && q.size(1) == k.size(1) &&
-              q.scalar_type() == at::kFloat && k.scalar_type() == at::kFloat, "key_scores: q (N, D), k (M, D), float32");
+              q.size(1) > 0 && q.size(1) % 16 == 0 && q.scalar_type() == at::kFloat && k.scalar_type() == at::kFloat,
+              "key_scores: q (N, D), k (M, D), float32, D a multiple of 16");
   const int64_t n = q.size(0), m = k.size(0), dim = q.size(1), span = (m + 15) / 16 * 16;
   std::vector<int64_t> lo(n, 0), hi(n, m);
   std::vector<float> room(16 + n * span);

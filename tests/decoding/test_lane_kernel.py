@@ -2,8 +2,8 @@
 
 The packed forward's decode steps attend through it wherever it builds, so every bitwise test of replies alone
 against replies in company runs through it; these tests check it against SDPA (the same attention, other sums)
-and its bits against changes of company, block, lane order and threads, with the fast AVX-512 path
-(head_dim 64) and the plain one (head_dim 16) both covered.
+and its bits against changes of company, block, lane order and threads, with the AVX-512 paths (head_dim 64 and
+128: scores 16 keys at a time) and the plain one (head_dim 16) covered, sliding windows too.
 """
 
 import random
@@ -42,8 +42,9 @@ def attend(rows: list[torch.Tensor], caches: list[tuple], starts: list[int], hea
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-@pytest.mark.parametrize("dim", [64, 16])
-def test_a_row_s_bits_do_not_depend_on_its_block_its_company_their_order_or_the_threads(dtype, dim):
+@pytest.mark.parametrize("dim", [64, 128, 16])
+@pytest.mark.parametrize("window", [-1, 37])
+def test_a_row_s_bits_do_not_depend_on_its_block_its_company_their_order_or_the_threads(dtype, dim, window):
     heads, kv_heads, cache_len = 6, 2, 320
     rng, gen = random.Random(0), torch.Generator().manual_seed(0)
     lanes = []
@@ -62,7 +63,7 @@ def test_a_row_s_bits_do_not_depend_on_its_block_its_company_their_order_or_the_
         alone = []
         for cache, start, rows in lanes:
             own = fresh(cache)
-            alone.append(torch.cat([attend([rows[t : t + 1]], [own], [start + t], heads, kv_heads)[0]
+            alone.append(torch.cat([attend([rows[t : t + 1]], [own], [start + t], heads, kv_heads, window)[0]
                                     for t in range(rows.shape[0])]))
     finally:
         torch.set_num_threads(threads)
@@ -70,17 +71,19 @@ def test_a_row_s_bits_do_not_depend_on_its_block_its_company_their_order_or_the_
     try:
         for order in (list(range(6)), [4, 1, 5, 0, 3, 2], [2, 5]):
             together = attend([lanes[j][2] for j in order], [fresh(lanes[j][0]) for j in order],
-                              [lanes[j][1] for j in order], heads, kv_heads)
+                              [lanes[j][1] for j in order], heads, kv_heads, window)
             for j, out in zip(order, together, strict=True):
                 assert torch.equal(out, alone[j]), (order, j)
     finally:
         torch.set_num_threads(threads)
 
 
-@pytest.mark.parametrize("window", [-1, 5])
-def test_the_kernel_attends_over_what_sdpa_attends_over(window):
-    """Against a plain softmax attention in float64: the same keys (causal, sliding window), rotary and GQA."""
-    heads, kv_heads, dim, cache_len, start, n = 4, 2, 16, 64, 20, 6
+@pytest.mark.parametrize("window", [-1, 5, 21])
+@pytest.mark.parametrize("dim", [16, 64, 128])
+def test_the_kernel_attends_over_what_sdpa_attends_over(window, dim):
+    """Against a plain softmax attention in float64: the same keys (causal, sliding window), rotary and GQA; rows
+    whose keys start and end inside a block of 16 (head_dim 64 and 128 score 16 keys at a time)."""
+    heads, kv_heads, cache_len, start, n = 4, 2, 96, 41, 13
     gen = torch.Generator().manual_seed(1)
     keys, values = (torch.randn(1, kv_heads, cache_len, dim, generator=gen) for _ in range(2))
     qkv = torch.randn(n, (heads + 2 * kv_heads) * dim, generator=gen)
@@ -129,6 +132,8 @@ def test_packed_steps_through_the_kernel_match_steps_through_sdpa(arch):
     assert torch.equal(results[2][0], results[1][0])
 
 
+@pytest.mark.skipif(torch.backends.cpu.get_cpu_capability() != "AVX512",
+                    reason="without AVX-512 the kernel scores key by key only")
 @pytest.mark.parametrize("dim", [64, 128])
 def test_scores_sixteen_keys_at_a_time_have_the_bits_of_scores_key_by_key(dim):
     """Head sizes 64 and 128 score 16 keys at a time (one transposed reduction for all 16); the replies decoded
