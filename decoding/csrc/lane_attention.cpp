@@ -173,11 +173,26 @@ inline void add_weighted(float* acc, float w, const T* v, int64_t dim) {
 // A thread's own float buffer `which` of at least n floats, kept between calls: a prompt chunk's scores take some
 // 0.5 MB, which a fresh vector would take from the system (page faults) and zero on every call. A later call with
 // the same `which` may move the buffer: each is taken once per attend_group (0: scores, 1: values).
-inline float* scratch(int which, int64_t n) {
+constexpr int64_t kKeptFloats = int64_t(1) << 22;  // 16 MB: what a thread keeps; a bigger buffer goes after its call
+
+inline std::vector<float>* scratch_buffers() {
   static thread_local std::vector<float> buffers[2];
-  std::vector<float>& buffer = buffers[which];
+  return buffers;
+}
+
+inline float* scratch(int which, int64_t n) {
+  std::vector<float>& buffer = scratch_buffers()[which];
   if (int64_t(buffer.size()) < n) buffer.resize(n);
   return buffer.data();
+}
+
+// After a call that needed more than kKeptFloats (a whole long prompt in one forward: some 270 MB of scores for
+// 8,192 tokens), give that memory back instead of keeping it for the thread's lifetime.
+inline void trim_scratch() {
+  for (int which = 0; which < 2; ++which) {
+    std::vector<float>& buffer = scratch_buffers()[which];
+    if (int64_t(buffer.size()) > kKeptFloats) std::vector<float>().swap(buffer);
+  }
 }
 
 #if defined(__AVX512F__)
@@ -315,6 +330,7 @@ void attend_group(const T* x, int64_t width, int64_t first, int64_t n_rows, int6
     const float inv = 1.0f / sum[a];
     for (int64_t d = 0; d < dim; ++d) orow[d] = from_f<T>(acc[a * dim + d] * inv);
   }
+  trim_scratch();
 }
 
 template <typename T>
