@@ -1,4 +1,5 @@
-"""Re-embed every stored vector when the embedder changed (its name or dim), so old and new vectors never mix."""
+"""Re-embed every stored vector when the embedder changed (its name or dim), so old and new vectors never mix:
+entries', articles' and wordings' (staff's confirmed ones match by them; suggested ones may be confirmed later)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from sqlalchemy import select
 
 from cache import changes
 from cache.backend import Backend
-from cache.schema import Article, Entry, Setting
+from cache.schema import Article, Entry, Setting, Wording
 from cache.vectors import article_text, to_bytes
 
 
@@ -30,13 +31,17 @@ def check_embedder(backend: Backend, embedder_name: str) -> bool:
 
 
 def _reembed_all(backend: Backend) -> None:
-    """New vectors for every entry and article in one transaction, logged so other replicas replay them."""
+    """New vectors for every entry, wording and article in one transaction, logged so other replicas replay them
+    (a replayed entry re-reads its wordings too)."""
     embed = backend.embedding.texts
     with backend.sessions.begin() as session:
         seq = changes.begin(session)
         entries = session.scalars(select(Entry)).all()
         for entry, vector in zip(entries, embed([e.question for e in entries]), strict=True):
             entry.embedding = to_bytes(vector)
+        wordings = session.scalars(select(Wording)).all()
+        for wording, vector in zip(wordings, embed([w.question for w in wordings]), strict=True):
+            wording.embedding = to_bytes(vector)
         articles = session.scalars(select(Article)).all()
         for article, vector in zip(articles, embed([article_text(a.title, a.body) for a in articles]), strict=True):
             article.embedding = to_bytes(vector)

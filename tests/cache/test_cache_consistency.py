@@ -125,6 +125,27 @@ def test_a_changed_dim_reembeds_everything(open_cache, data_dir):
     assert saved_ids(data_dir) == {entry_id}
 
 
+@pytest.mark.parametrize("old_dim", [384, 8])
+def test_a_changed_embedder_reembeds_staff_wordings_too(open_cache, embedder, data_dir, store_url, old_dim):
+    """A confirmed wording keeps matching its entry after the embedding model changed, and a suggested one is
+    re-embedded too (it may be confirmed later): their stored vectors are the new model's, of its size."""
+    old = open_cache(data_dir, embed=fake_embed(old_dim), dim=old_dim, embedder_name="old")
+    entry_id = old.add_answer(answer("Which cheese goes with red wine?", review="approved"))
+    old.add_wording(entry_id, PASSWORD, created_by="staff")
+    old.suggest_wording(entry_id, "I am locked out of my account")
+    old.close()
+    new = open_cache(data_dir, embedder_name=embedder.name)
+    assert [hit.id for hit in new.match(PARAPHRASE, k=1)] == [entry_id]  # by the confirmed wording alone
+    expected = {w.question: embedder.embed([w.question])[0] for w in new.wordings(entry_id)}
+    engine = create_engine(store_url(data_dir))
+    with engine.connect() as connection:
+        rows = connection.execute(text("SELECT question, embedding FROM wordings")).all()
+    engine.dispose()
+    assert len(rows) == 2
+    for question, embedding in rows:
+        assert np.allclose(np.frombuffer(embedding, dtype=np.float32), expected[question], atol=1e-5), question
+
+
 def test_an_index_numbered_beyond_the_database_is_rebuilt(open_cache, embedder, data_dir, filled):
     """Same ids but stale vectors and a change number the database never gave: from another database."""
     index = VectorIndex.load(data_dir / INDEX_FILE, 384)
