@@ -140,8 +140,8 @@ class ChatService:
             return 0
         model = self.scheduler.model
         budget = int(WARM_SHARE * model.prefixes.max_bytes) // model.kv_bytes_per_token
-        chunk = self.engine.steps(256, self.settings.max_new_tokens).prefill_chunk or 1
-        beginnings = prompt_beginnings(self.cache, self.tokenizer, self.model_id, self.settings, budget, chunk)
+        beginnings = prompt_beginnings(self.cache, self.tokenizer, self.model_id, self.settings, budget,
+                                       self.engine.prefill_chunk or 1)
         self.scheduler.warm(beginnings, lambda n: self.engine.steps(n, self.settings.max_new_tokens, beginning=n))
         self.warm_queued = len(beginnings)
         return len(beginnings)

@@ -109,11 +109,15 @@ class Engine:
     def device(self) -> torch.device:
         return self.model.device
 
+    @property
+    def prefill_chunk(self) -> int | None:
+        """Tokens a prompt is prefilled in at a time; None: in one forward (transformers' forward)."""
+        return PREFILL_CHUNK if self.forward == "packed" else None
+
     def steps(self, prompt_len: int, max_new_tokens: int, beginning: int = 0) -> StepConfig:
         """The shape of every decode forward for this prompt and reply budget (greedy and LLMA alike); the prompt's
         chunks break where its shared `beginning` of that many tokens ends (StepConfig.prefill_break)."""
-        chunk = PREFILL_CHUNK if self.forward == "packed" else None  # transformers' forward prefills in one
-        return sized_steps(self.step_width, prompt_len, max_new_tokens, self.padded_steps, chunk,
+        return sized_steps(self.step_width, prompt_len, max_new_tokens, self.padded_steps, self.prefill_chunk,
                            cross_granules=self.attention == "kernel", prefill_break=beginning)
 
     def describe(self) -> str:

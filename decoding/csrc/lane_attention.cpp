@@ -217,6 +217,13 @@ void row_scores16(const float* q, int64_t n_q, const int64_t* lo, const int64_t*
 }
 #endif
 
+template <typename T>
+void row_scores_key_by_key(const float* q, int64_t n_q, int64_t dim, const int64_t* lo, const int64_t* hi,
+                           int64_t span, const T* kc, float* scores) {
+  for (int64_t a = 0; a < n_q; ++a)
+    for (int64_t i = lo[a]; i < hi[a]; ++i) scores[a * span + (i - lo[a])] = score(q + a * dim, kc + i * dim, dim);
+}
+
 // The scores of n_q query rows (q: n_q x dim floats) against their keys: row a's against keys lo[a]..hi[a] at
 // scores[a * span ..]. With AVX-512 and a head size of 64 or 128, 16 keys at a time (row_scores16); else key by
 // key (score). Both give every score the same bits.
@@ -227,8 +234,7 @@ void row_scores(const float* q, int64_t n_q, int64_t dim, const int64_t* lo, con
   if (dim == 64) return row_scores16<64>(q, n_q, lo, hi, lo_all, hi_all, span, kc, scores);
   if (dim == 128) return row_scores16<128>(q, n_q, lo, hi, lo_all, hi_all, span, kc, scores);
 #endif
-  for (int64_t a = 0; a < n_q; ++a)
-    for (int64_t i = lo[a]; i < hi[a]; ++i) scores[a * span + (i - lo[a])] = score(q + a * dim, kc + i * dim, dim);
+  row_scores_key_by_key(q, n_q, dim, lo, hi, span, kc, scores);
 }
 
 #if defined(__AVX512F__)
@@ -426,12 +432,10 @@ at::Tensor key_scores(const at::Tensor& q, const at::Tensor& k, bool by_sixteen)
   std::vector<int64_t> lo(n, 0), hi(n, m);
   std::vector<float> room(16 + n * span);
   float* scores = room.data() + 16;
-  if (by_sixteen) {
+  if (by_sixteen)
     row_scores<float>(q.data_ptr<float>(), n, dim, lo.data(), hi.data(), 0, m, span, k.data_ptr<float>(), scores);
-  } else {
-    for (int64_t a = 0; a < n; ++a)
-      for (int64_t i = 0; i < m; ++i) scores[a * span + i] = score(q.data_ptr<float>() + a * dim, k.data_ptr<float>() + i * dim, dim);
-  }
+  else
+    row_scores_key_by_key<float>(q.data_ptr<float>(), n, dim, lo.data(), hi.data(), span, k.data_ptr<float>(), scores);
   at::Tensor out = at::empty({n, m}, q.options());
   for (int64_t a = 0; a < n; ++a) std::copy(scores + a * span, scores + a * span + m, out.data_ptr<float>() + a * m);
   return out;
