@@ -18,7 +18,7 @@ import argparse
 import hashlib
 import math
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
@@ -104,8 +104,19 @@ class Tuned:
     threshold: float
     margin: float
     article_margin: float
+    sibling_grounds: bool
     tune: Score
     held_out: Score
+
+    @property
+    def policy(self) -> GroundingPolicy:
+        return GroundingPolicy(self.threshold, self.margin, self.article_margin, self.sibling_grounds)
+
+    def describe(self) -> str:
+        siblings = "the best of two from the chosen article grounds" if self.sibling_grounds else (
+            "two from the chosen article need the margin")
+        return (f"{_fusion(self.answers, self.weight)}, threshold {self.threshold}, margin {self.margin} "
+                f"({self.article_margin} where the article agrees; {siblings})")
 
 
 def half_of(group: str) -> str:
@@ -180,29 +191,31 @@ def tune(probes: dict, groups: dict[int, str]) -> Tuned:
     """The fusion, threshold and margins with the most tuning-half coverage that meet the targets there."""
     best = None
     for (answers, weight), probed in probes.items():
-        for threshold, margin, article_margin in policies():
-            policy = GroundingPolicy(threshold, margin, article_margin)
+        for threshold, margin, article_margin, siblings in policies():
+            policy = GroundingPolicy(threshold, margin, article_margin, siblings)
             tuned = score(probed, groups, policy, "tune")
             if tuned.precision_floor() < TARGET_PRECISION or tuned.novel_grounded > TARGET_NOVEL:
                 continue
-            key = (tuned.coverage, tuned.precision, -tuned.novel_grounded, threshold, margin, article_margin)
+            key = (tuned.coverage, tuned.precision, -tuned.novel_grounded, threshold, margin, article_margin,
+                   siblings)
             if best is None or key > best[0]:
                 held_out = score(probed, groups, policy, "held-out")
-                best = (key, Tuned(answers, weight, threshold, margin, article_margin, tuned, held_out))
+                best = (key, Tuned(answers, weight, threshold, margin, article_margin, siblings, tuned, held_out))
     if best is None:
         raise RuntimeError("no setting met the targets on the tuning half")
     return best[1]
 
 
-def policies() -> list[tuple[float, float, float]]:
-    """Every (threshold, margin, article margin) the tuning tries."""
-    return [(t, m, a) for t in THRESHOLDS for m in MARGINS for a in ARTICLE_AGREES_MARGINS if a <= m]
+def policies() -> list[tuple[float, float, float, bool]]:
+    """Every (threshold, margin, article margin, sibling grounds) the tuning tries."""
+    return [(t, m, a, s) for t in THRESHOLDS for m in MARGINS for a in ARTICLE_AGREES_MARGINS if a <= m
+            for s in (False, True)]
 
 
-def curve(probes: list[Probe], groups: dict[int, str], margin: float, article_margin: float,
-          half: str) -> list[tuple[float, Score]]:
-    """Coverage (recall), precision and novel questions grounded over the threshold, at one weight and margins."""
-    return [(threshold, score(probes, groups, GroundingPolicy(threshold, margin, article_margin), half))
+def curve(probes: list[Probe], groups: dict[int, str], tuned: Tuned, half: str) -> list[tuple[float, Score]]:
+    """Coverage (recall), precision and novel questions grounded over the threshold, at the tuned weight, margins
+    and sibling rule."""
+    return [(threshold, score(probes, groups, replace(tuned.policy, threshold=threshold), half))
             for threshold in THRESHOLDS]
 
 
@@ -212,8 +225,7 @@ def report(runs: dict[int, Tuned], baselines: dict[int, dict[str, Score]], curve
               "questions (covered / uncovered)"]
     rows = []
     for aliases, tuned in runs.items():
-        rule = (f"{_fusion(tuned.answers, tuned.weight)}, threshold {tuned.threshold}, margin {tuned.margin} "
-                f"({tuned.article_margin} where the article agrees)")
+        rule = tuned.describe()
         for half, measured in (("tune", tuned.tune), ("held-out", tuned.held_out)):
             rows.append([str(aliases), rule, half, *_cells(measured)])
         for rule, measured in baselines[aliases].items():
@@ -226,7 +238,7 @@ def report(runs: dict[int, Tuned], baselines: dict[int, dict[str, Score]], curve
     for aliases, points in curves.items():
         tuned = runs[aliases]
         body.append(f"### Held-out curve over the threshold ({aliases} confirmed wordings per group, "
-                    f"{_fusion(tuned.answers, tuned.weight)}, margin {tuned.margin} / {tuned.article_margin})")
+                    f"{tuned.describe()})")
         body.append(table(["threshold", "coverage", "precision", "novel grounded"],
                           [[str(t), *_cells(s)[:3]] for t, s in points if 0.4 <= t <= 1.0]))
     return "\n\n".join(body)
@@ -293,15 +305,17 @@ def measure(aliases: int, embedder: Embedder, app: ChatSettings) -> tuple[Tuned,
         cache.close()
     tuned = tune(probes, groups)
     shipped = GroundingPolicy(app.grounding_threshold, app.grounding_margin, app.grounding_article_margin)
+    defaults = (f"the app's defaults: {_fusion(app.match_answers, app.lexical_weight)}, threshold "
+                f"{app.grounding_threshold}, margin {app.grounding_margin} / {app.grounding_article_margin}")
+    app_probes = probes[app.match_answers, app.lexical_weight]
     others = {
         f"before: cosine >= {BEFORE_THRESHOLD}, no check": score(probes[False, 0.0], groups, None, "held-out"),
-        f"the app's defaults: {_fusion(app.match_answers, app.lexical_weight)}, threshold "
-        f"{app.grounding_threshold}, margin {app.grounding_margin} / {app.grounding_article_margin}":
-            score(probes[app.match_answers, app.lexical_weight], groups, shipped, "held-out"),
+        defaults: score(app_probes, groups, shipped, "held-out"),
+        f"{defaults}, two from the chosen article need the margin (the rule until 9bb8cf9)":
+            score(app_probes, groups, replace(shipped, sibling_grounds=False), "held-out"),
     }
-    app_probes = probes[app.match_answers, app.lexical_weight]
     articles = article_report(app_probes, app)
-    points = curve(probes[tuned.answers, tuned.weight], groups, tuned.margin, tuned.article_margin, "held-out")
+    points = curve(probes[tuned.answers, tuned.weight], groups, tuned, "held-out")
     return tuned, others, points, articles
 
 

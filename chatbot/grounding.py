@@ -2,8 +2,8 @@
 
 A wrong approved answer in the prompt misleads the reply (under the "answer" layout the reply repeats it), so the
 best match grounds only when the evidence agrees: its score clears the threshold, and either it was answered
-with the help article chosen for this question (and the runner-up was not: siblings of one article are told
-apart by the margin alone) and still beats the runner-up by the smaller article margin, or it beats the
+with the help article chosen for this question and still beats the runner-up by the smaller article margin (or
+the runner-up was answered from that article too: then the best of the two grounds), or it beats the
 runner-up entry by the margin. Otherwise it is a reference only, which changes
 speed and never the reply. An answer the chosen article already holds word for word is a reference only
 too: in the prompt it would only lengthen it (LLMA copies it from the article all the same).
@@ -25,6 +25,11 @@ class GroundingPolicy:
     threshold: float  # least fused score (best-wording cosine + weighted BM25) of the best match
     margin: float  # how far the best must beat the runner-up when its article is not the chosen one
     article_margin: float = 0.0  # how far it must beat the runner-up when its article is the chosen one
+    # When the best and the runner-up were both answered from the chosen article, the best grounds (True) or
+    # neither does (False). Live, "How can I get a refund?" matched the annual-plan refund answer 0.621 and the
+    # duplicate-charge one 0.597: grounding neither left the 135M model to invent a "Fees tab" beside the
+    # article; grounding the best gave the approved refund steps (docs/history.md).
+    sibling_grounds: bool = True
     answers: int = 1  # approved answers put into the prompt, at most
     token_budget: int = 384  # their answer tokens, at most
 
@@ -35,8 +40,9 @@ class GroundingChoice:
 
     grounding: list[Hit] = field(default_factory=list)  # into the prompt
     references: list[Hit] = field(default_factory=list)  # agreeing approved answers kept out of the prompt
-    # why: "article agrees", "margin", "exact wording", "disagrees", "ambiguous" (the runner-up too close:
-    # a sibling of the same article, or any within the article margin), "below threshold", "in article"
+    # why: "article agrees", "best of its article" (the runner-up a sibling from the same article), "margin",
+    # "exact wording", "disagrees", "ambiguous" (the runner-up within the article margin, or a sibling with
+    # sibling_grounds off), "below threshold", "in article"
     reason: str = "no match"
 
     @property
@@ -57,18 +63,20 @@ def choose_grounding(
     runner_up = matches[1] if len(matches) > 1 else None
     agrees = _answered_from(best, article_id)
     # Two answers written from the chosen article (a sibling topic: "reset link missing" beside "reset my
-    # password") make the article no evidence for either: then only the margin decides.
+    # password") agree with it alike: the article cannot tell them apart, the scores do, and either holds only
+    # the article's facts, so the best grounds without the article margin (or, with sibling_grounds off,
+    # neither does unless the margin decides).
     sibling = runner_up is not None and agrees and _answered_from(runner_up, article_id)
     ahead = best.score - (runner_up.score if runner_up else -1.0)
     beats = ahead >= policy.margin
     exact = (best.dense if best.dense is not None else best.score) >= EXACT_WORDING
-    article_decides = agrees and not sibling and ahead >= policy.article_margin
+    article_decides = agrees and (policy.sibling_grounds if sibling else ahead >= policy.article_margin)
     if not (beats or exact or article_decides):
         return GroundingChoice(reason="disagrees" if not agrees else "ambiguous")
     accepted = [best, *(hit for hit in matches[1:] if _also_grounds(hit, article_id, policy))][: policy.answers]
     inside = [hit for hit in accepted if article_text and contains(article_text, hit.answer)]
     rest = within_token_budget([hit for hit in accepted if hit not in inside], policy.token_budget)
-    reason = "in article" if inside and not rest else _why(article_decides, beats)
+    reason = "in article" if inside and not rest else _why(article_decides and not sibling, beats, exact)
     return GroundingChoice(grounding=rest, references=inside, reason=reason)
 
 
@@ -82,8 +90,12 @@ def article_of_match(matches: list[Hit], threshold: float, margin: float) -> str
     return best.article_ids[0] if ahead >= margin else None
 
 
-def _why(article_decides: bool, beats: bool) -> str:
-    return "article agrees" if article_decides else ("margin" if beats else "exact wording")
+def _why(article_agrees: bool, beats: bool, exact: bool) -> str:
+    if article_agrees:
+        return "article agrees"
+    if beats or exact:
+        return "margin" if beats else "exact wording"
+    return "best of its article"
 
 
 def _answered_from(hit: Hit, article_id: str | None) -> bool:

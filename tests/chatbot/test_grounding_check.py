@@ -24,10 +24,21 @@ def test_an_agreeing_article_still_needs_the_article_margin_over_the_runner_up()
     assert ([h.id for h in ahead.grounding], ahead.reason) == ([1], "article agrees")
 
 
-def test_two_answers_from_the_chosen_article_are_told_apart_by_the_margin_alone():
-    siblings = [hit(1, 0.7), hit(2, 0.65)]
-    assert choose_grounding(siblings, "reset-password", ARTICLE, POLICY).reason == "ambiguous"
-    clear = choose_grounding([hit(1, 0.8), hit(2, 0.65)], "reset-password", ARTICLE, POLICY)
+def test_of_two_answers_from_the_chosen_article_the_best_grounds_even_in_a_near_tie():
+    policy = GroundingPolicy(threshold=0.6, margin=0.1, article_margin=0.02)
+    siblings = choose_grounding([hit(1, 0.7), hit(2, 0.695)], "reset-password", ARTICLE, policy)
+    assert ([h.id for h in siblings.grounding], siblings.reason) == ([1], "best of its article")
+    clear = choose_grounding([hit(1, 0.8), hit(2, 0.65)], "reset-password", ARTICLE, policy)
+    assert ([h.id for h in clear.grounding], clear.reason) == ([1], "margin")
+    elsewhere = choose_grounding([hit(1, 0.7), hit(2, 0.695)], "billing", ARTICLE, policy)
+    assert (elsewhere.matched, elsewhere.reason) == ([], "disagrees")
+
+
+def test_with_sibling_grounds_off_two_answers_from_the_chosen_article_are_told_apart_by_the_margin_alone():
+    policy = GroundingPolicy(threshold=0.6, margin=0.1, sibling_grounds=False)
+    siblings = choose_grounding([hit(1, 0.7), hit(2, 0.65)], "reset-password", ARTICLE, policy)
+    assert (siblings.matched, siblings.reason) == ([], "ambiguous")
+    clear = choose_grounding([hit(1, 0.8), hit(2, 0.65)], "reset-password", ARTICLE, policy)
     assert ([h.id for h in clear.grounding], clear.reason) == ([1], "margin")
 
 
