@@ -24,6 +24,12 @@ from .prompt import (
 )
 from .settings import GROUNDING_REVIEWS, ChatSettings
 
+# Shown under a reply that no staff-approved answer backs. The 135M model answers a question nothing covers as
+# readily as one it knows ("Is my data encrypted?": "No, your data is not encrypted"), and told in the prompt to
+# say it does not know, it did not (it looped instead): so the customer is told, outside the reply.
+UNCHECKED_NOTICE = ("No answer approved by our support staff covers this question: the assistant wrote this reply "
+                    "on its own, and it may be wrong. Please check with our support team before relying on it.")
+
 
 @dataclass(frozen=True)
 class ArticlePick:
@@ -71,11 +77,13 @@ class ChatTurn:
         return "\n".join(f"{m.role}: {m.content}" for m in self.history)
 
     def notice(self) -> str:
-        """What the customer should know about this turn, e.g. that old messages were left out."""
+        """What the customer should know about this turn: that no approved answer backs the reply, that old
+        messages were left out."""
+        notices = [] if self.matched else [UNCHECKED_NOTICE]
         if self.prompt.dropped_turns:
-            return (f"The conversation is longer than the model can read: the {self.prompt.dropped_turns} oldest "
-                    "messages were left out of this answer.")
-        return ""
+            notices.append(f"The conversation is longer than the model can read: the {self.prompt.dropped_turns} "
+                           "oldest messages were left out of this answer.")
+        return " ".join(notices)
 
 
 class TurnPlanner:

@@ -13,6 +13,7 @@ from transformers import AutoTokenizer
 from cache import AnswerCache, Embedder, NewAnswer, StaffStore
 from chatbot import Accounts, AdminService, ChatService, ChatSettings, InputError
 from chatbot.seed import Seed
+from chatbot.turn import UNCHECKED_NOTICE
 from data import StaffAnswer
 from decoding import CostCurve, Engine
 from decoding.model_loading import DEFAULT_MODEL_DIR
@@ -127,6 +128,13 @@ def test_off_puts_no_answer_into_the_prompt(service):
 def test_a_dissimilar_question_gets_no_grounding(service):
     reply = service.ask("Which file types can I preview in the browser?")
     assert reply.stats.grounding == () and APPROVED not in prompt_text(service, reply.id)
+
+
+def test_a_reply_no_approved_answer_backs_says_so_and_a_grounded_one_does_not(service):
+    unbacked = service.ask("Which file types can I preview in the browser?")
+    assert unbacked.notice == UNCHECKED_NOTICE
+    assert service.ask(REWORDED).notice == ""
+    assert service.with_settings(grounding="off").ask(REWORDED).notice == UNCHECKED_NOTICE
 
 
 def test_a_crafted_question_cannot_reach_another_customers_prompt(service):
