@@ -26,9 +26,10 @@ from .settings import GROUNDING_REVIEWS, ChatSettings
 
 # Shown under a reply that no staff-approved answer backs. The 135M model answers a question nothing covers as
 # readily as one it knows ("Is my data encrypted?": "No, your data is not encrypted"), and told in the prompt to
-# say it does not know, it did not (it looped instead): so the customer is told, outside the reply.
-UNCHECKED_NOTICE = ("No answer approved by our support staff covers this question: the assistant wrote this reply "
-                    "on its own, and it may be wrong. Please check with our support team before relying on it.")
+# say it does not know, it did not (it looped instead): so the customer is told, outside the reply. A follow-up
+# ("make that shorter") gets it too: its reply restates the earlier one in words no one approved.
+UNCHECKED_NOTICE = ("This reply is not backed by an answer our support staff approved: the assistant wrote it on its "
+                    "own, and it may be wrong. Please check with our support team before relying on it.")
 
 
 @dataclass(frozen=True)
