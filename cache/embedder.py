@@ -49,9 +49,7 @@ class Embedder:
         model = SentenceTransformer(str(model_dir), device="cpu", local_files_only=True)
         name = MODEL_NAME if model_dir == bundled_model_dir() else model_dir.name
         if dtype == "bfloat16":
-            import torch
-
-            return cls(model.to(torch.bfloat16), name + BF16_SUFFIX)
+            return cls(model.bfloat16(), name + BF16_SUFFIX)  # nn.Module's own cast: cache/ imports no torch
         return cls(model, name)
 
     @classmethod
