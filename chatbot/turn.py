@@ -31,6 +31,13 @@ from .settings import GROUNDING_REVIEWS, ChatSettings
 UNCHECKED_NOTICE = ("This reply is not backed by an answer our support staff approved: the assistant wrote it on its "
                     "own, and it may be wrong. Please check with our support team before relying on it.")
 
+# Under a reply that an approved answer grounded but that copied less than this share of its tokens from it: the
+# model went its own way ("how do i add a team member": 32% copied, then steps that loop on "Add"). The
+# approved answers the service workload grounds are copied 62-87% when the reply follows them.
+FOLLOWED_ENOUGH = 0.5
+DEPARTED_NOTICE = ("Only {share:.0%} of this reply follows the answer our support staff approved for this question: "
+                   "the rest the assistant wrote on its own, and it may be wrong.")
+
 
 @dataclass(frozen=True)
 class ArticlePick:
@@ -77,10 +84,13 @@ class ChatTurn:
     def context_text(self) -> str:
         return "\n".join(f"{m.role}: {m.content}" for m in self.history)
 
-    def notice(self) -> str:
-        """What the customer should know about this turn: that no approved answer backs the reply, that old
-        messages were left out."""
+    def notice(self, followed: float = 1.0) -> str:
+        """What the customer should know about this turn: that no approved answer backs the reply, or that the
+        reply left the one in its prompt (`followed`: the share of its tokens copied from it), that old messages
+        were left out."""
         notices = [] if self.matched else [UNCHECKED_NOTICE]
+        if self.grounding and followed < FOLLOWED_ENOUGH:
+            notices.append(DEPARTED_NOTICE.format(share=followed))
         if self.prompt.dropped_turns:
             notices.append(f"The conversation is longer than the model can read: the {self.prompt.dropped_turns} "
                            "oldest messages were left out of this answer.")

@@ -13,7 +13,7 @@ from transformers import AutoTokenizer
 from cache import AnswerCache, Embedder, NewAnswer, StaffStore
 from chatbot import Accounts, AdminService, ChatService, ChatSettings, InputError
 from chatbot.seed import Seed
-from chatbot.turn import UNCHECKED_NOTICE
+from chatbot.turn import DEPARTED_NOTICE, UNCHECKED_NOTICE
 from data import StaffAnswer
 from decoding import CostCurve, Engine
 from decoding.model_loading import DEFAULT_MODEL_DIR
@@ -133,8 +133,17 @@ def test_a_dissimilar_question_gets_no_grounding(service):
 def test_a_reply_no_approved_answer_backs_says_so_and_a_grounded_one_does_not(service):
     unbacked = service.ask("Which file types can I preview in the browser?")
     assert unbacked.notice == UNCHECKED_NOTICE
-    assert service.ask(REWORDED).notice == ""
+    assert UNCHECKED_NOTICE not in service.ask(REWORDED).notice  # (it may say how little follows the answer)
     assert service.with_settings(grounding="off").ask(REWORDED).notice == UNCHECKED_NOTICE
+
+
+def test_a_grounded_reply_that_left_its_approved_answer_says_how_little_follows_it(service):
+    turn = service.planner.plan(REWORDED, None, "")
+    assert turn.grounding and turn.notice(followed=0.8) == ""
+    assert turn.notice(followed=0.08) == DEPARTED_NOTICE.format(share=0.08)
+    assert "Only 8% of this reply follows the answer our support staff approved" in turn.notice(followed=0.08)
+    unbacked = service.planner.plan("Which file types can I preview in the browser?", None, "")
+    assert unbacked.notice(followed=0.0) == UNCHECKED_NOTICE  # nothing grounded it: nothing to depart from
 
 
 def test_a_crafted_question_cannot_reach_another_customers_prompt(service):
