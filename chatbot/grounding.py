@@ -28,7 +28,7 @@ class GroundingPolicy:
     # When the best and the runner-up were both answered from the chosen article, the best grounds (True) or
     # neither does (False). Live, "How can I get a refund?" matched the annual-plan refund answer 0.621 and the
     # duplicate-charge one 0.597: grounding neither left the 135M model to invent a "Fees tab" beside the
-    # article; grounding the best gave the approved refund steps (docs/history.md).
+    # article; grounding the best gave the approved refund steps (tests/chatbot/test_embedding_model.py).
     sibling_grounds: bool = True
     answers: int = 1  # approved answers put into the prompt, at most
     token_budget: int = 384  # their answer tokens, at most
