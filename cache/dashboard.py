@@ -24,6 +24,7 @@ class ReplyRow(Timing, Protocol):
     reference_entry_ids: list[int]
     exact_hit: bool
     feedback: int | None
+    backed: bool | None
 
 
 def summarize(replies: Sequence[ReplyRow], entries: int, articles: int) -> DashboardStats:
@@ -32,6 +33,7 @@ def summarize(replies: Sequence[ReplyRow], entries: int, articles: int) -> Dashb
     exact_hits = sum(1 for reply in replies if reply.exact_hit)
     referenced = sum(1 for reply in replies if reply.reference_entry_ids)
     unreferenced = [reply for reply in replies if not reply.exact_hit and not reply.reference_entry_ids]
+    unbacked = [reply for reply in replies if reply.backed is False]
     speedups = [reply.speedup for reply in replies if reply.speedup is not None]
     return DashboardStats(
         entries=entries,
@@ -48,6 +50,8 @@ def summarize(replies: Sequence[ReplyRow], entries: int, articles: int) -> Dashb
         top_questions=top_questions(replies),
         replies_without_references=len(unreferenced),
         top_unreferenced_questions=top_questions(unreferenced),
+        replies_not_backed=len(unbacked),
+        top_unbacked_questions=top_questions(unbacked),
     )
 
 

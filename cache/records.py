@@ -124,6 +124,7 @@ class NewReply:
     reference_entry_ids: list[int] = field(default_factory=list)
     exact_hit: bool = False
     session_id: str = ""
+    backed: bool | None = None  # an approved answer backed it; None: not known
 
 
 @dataclass(frozen=True)
@@ -192,3 +193,6 @@ class DashboardStats:
     top_questions: list[QuestionCount]
     replies_without_references: int
     top_unreferenced_questions: list[QuestionCount]
+    # Replies no approved answer backed, and the questions most often among them: what staff could answer next.
+    replies_not_backed: int = 0
+    top_unbacked_questions: list[QuestionCount] = field(default_factory=list)

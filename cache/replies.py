@@ -86,6 +86,7 @@ def new_row(new: NewReply, entry_id: int | None) -> Reply:
         token_ids=_ints(new.token_ids),
         reference_entry_ids=[int(i) for i in new.reference_entry_ids],
         exact_hit=new.exact_hit,
+        backed=new.backed,
         feedback=None,
         feedback_reason="",
         session_id=new.session_id,

@@ -124,6 +124,9 @@ class Reply(Base):
     token_ids: Mapped[list[int] | None] = mapped_column(JSON)
     reference_entry_ids: Mapped[list[int]] = mapped_column(JSON)
     exact_hit: Mapped[bool] = mapped_column(Boolean, default=False)
+    # An approved answer backed the reply (True), none did (False: staff may need to write one); None: served
+    # before this was recorded.
+    backed: Mapped[bool | None] = mapped_column(Boolean)
     feedback: Mapped[int | None] = mapped_column(Integer)
     feedback_reason: Mapped[str] = mapped_column(Text, default="")
     verified: Mapped[bool | None] = mapped_column(Boolean)

@@ -265,7 +265,7 @@ class ChatService:
                 # The prompt and reply token ids are kept so that `verify` can rerun exactly this decode.
                 prompt_ids=turn.prompt.ids, token_ids=list(tokens),
                 reference_entry_ids=[h.id for h in turn.references], exact_hit=exact_hit,
-                session_id=turn.session_id,
+                session_id=turn.session_id, backed=bool(turn.matched),
             )
         )
 

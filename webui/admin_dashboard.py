@@ -22,7 +22,9 @@ class Dashboard:
             rates, top = gr.Plot(show_label=False), gr.Plot(show_label=False)
         with gr.Row():
             unreferenced, saved = gr.Plot(show_label=False), gr.Plot(show_label=False)
-        outputs = [summary, histogram, over_time, rates, top, unreferenced, saved]
+        with gr.Row():
+            unbacked = gr.Plot(show_label=False, elem_id="dashboard-unbacked")
+        outputs = [summary, histogram, over_time, rates, top, unreferenced, saved, unbacked]
         refresh.click(self.refresh, None, outputs, api_name="dashboard")
         return outputs
 
@@ -38,6 +40,7 @@ class Dashboard:
             plots.question_bars(stats.top_questions, "Most asked questions"),
             plots.question_bars(stats.top_unreferenced_questions, "Asked with no useful reference"),
             plots.time_saved(series),
+            plots.question_bars(stats.top_unbacked_questions, "Asked with no approved answer behind the reply"),
         )
 
 
@@ -52,6 +55,7 @@ def summary_markdown(stats: DashboardStats, engine: EngineSummary | None = None)
         ("Exact hits", f"{stats.exact_hits} ({stats.exact_hit_rate:.0%})"),
         ("Replies with a similar past answer as reference", f"{stats.reference_hit_rate:.0%}"),
         ("Replies with no useful reference", f"{stats.replies_without_references}"),
+        ("Replies no approved answer backed (staff could write one)", f"{stats.replies_not_backed}"),
         ("Mean / median speedup", f"{speedup(stats.mean_speedup)} / {speedup(stats.median_speedup)}"),
         ("Time saved against plain greedy decoding", f"{stats.seconds_saved:.1f} s"),
         ("Feedback: thumbs up / down", f"{stats.positive_feedback} / {stats.negative_feedback}"),

@@ -63,6 +63,18 @@ def test_dashboard_counts_rates_speedups_and_savings(cache):
     assert stats.top_unreferenced_questions == [QuestionCount("Where is my invoice?", 1)]
 
 
+def test_dashboard_lists_the_questions_no_approved_answer_backed(cache):
+    cache.record_reply(reply("Is my data encrypted?", backed=False))
+    cache.record_reply(reply("is my data encrypted", backed=False))
+    cache.record_reply(reply("Do you have a dark mode?", backed=False))
+    cache.record_reply(reply("How do I reset my password?", backed=True))
+    cache.record_reply(reply("Served before it was recorded?"))  # backed None: not counted either way
+    stats = cache.dashboard_stats()
+    assert stats.replies_not_backed == 3
+    assert stats.top_unbacked_questions == [QuestionCount("Is my data encrypted?", 2),
+                                            QuestionCount("Do you have a dark mode?", 1)]
+
+
 def test_an_empty_dashboard_has_no_speedups(cache):
     stats = cache.dashboard_stats()
     assert stats.replies == 0 and stats.exact_hit_rate == 0.0 and stats.mean_speedup is None

@@ -135,6 +135,11 @@ def test_a_reply_no_approved_answer_backs_says_so_and_a_grounded_one_does_not(se
     assert unbacked.notice == UNCHECKED_NOTICE
     assert UNCHECKED_NOTICE not in service.ask(REWORDED).notice  # (it may say how little follows the answer)
     assert service.with_settings(grounding="off").ask(REWORDED).notice == UNCHECKED_NOTICE
+    # Staff see the questions nothing approved backed on the dashboard, to write answers for them.
+    stats = service.cache.dashboard_stats()
+    assert stats.replies_not_backed == 2
+    assert {q.question for q in stats.top_unbacked_questions} == {"Which file types can I preview in the browser?",
+                                                                  REWORDED}
 
 
 def test_a_grounded_reply_that_left_its_approved_answer_says_how_little_follows_it(service):

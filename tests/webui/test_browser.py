@@ -152,7 +152,8 @@ def test_admin_page_after_login(browser, server, artifacts):
     page.screenshot(path=artifacts / "admin-cache.png", full_page=True)
     page.get_by_role("tab", name="Dashboard").click()
     page.locator("#dashboard-summary").get_by_text("Replies served").wait_for(timeout=30_000)
-    page.locator("img").first.wait_for()
+    page.locator("#dashboard-summary").get_by_text("Replies no approved answer backed").wait_for()
+    page.locator("#dashboard-unbacked").locator("img").wait_for()  # staff's list of questions to write answers for
     page.screenshot(path=artifacts / "admin-dashboard.png", full_page=True)
     page.close()
 
