@@ -108,7 +108,7 @@ def serve(
     grounded = [group_of_entry.get(use.id, "?") for use in reply.stats.grounding]
     as_after_start()
     plain_seconds, plain_tokens = plain_greedy(service, q.question) if baselines else (0.0, 0)
-    from_approved = sum(use.copied for use in reply.stats.grounding) / max(reply.stats.tokens, 1)
+    from_approved = reply.stats.followed_share
     served = Served(q.group, q.question, covered, grounded[0] if grounded else None, reply.stats.tokens,
                     reply.stats.copied_share, from_approved, check.reply_seconds, check.greedy_seconds, check.identical,
                     waited, plain_seconds, plain_tokens)

@@ -28,6 +28,8 @@ class Embedder:
         self._model = model
         self._lock = threading.Lock()
         self.name = name
+        # Normalized in bf16, rows are of unit length to 3 digits only: made exact in `embed`.
+        self._renormalize = name.endswith(BF16_SUFFIX)
 
     @classmethod
     def load(cls, model_dir: str | Path | None = None, dtype: str = "float32") -> Embedder:
@@ -68,7 +70,7 @@ class Embedder:
         with self._lock:
             vectors = self._model.encode(list(texts), normalize_embeddings=True, convert_to_numpy=True)
         vectors = np.asarray(vectors, dtype=np.float32)  # (n, dim)
-        if self.name.endswith(BF16_SUFFIX):  # normalized in bf16: unit length to 3 digits, made exact here
+        if self._renormalize:
             vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
         return vectors
 

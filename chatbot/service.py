@@ -238,8 +238,8 @@ class ChatService:
             self._suggest_wordings(turn)
         reply_id = self._record(turn, entry_id, text, stats, result.tokens, exact_hit)
         spans = copied_spans(turn, result, self._text)
-        followed = sum(use.copied for use in stats.grounding) / max(stats.tokens, 1)
-        return Reply(text=text, stats=stats, done=True, id=reply_id, spans=spans, notice=turn.notice(followed))
+        return Reply(text=text, stats=stats, done=True, id=reply_id, spans=spans,
+                     notice=turn.notice(stats.followed_share))
 
     def _suggest_wordings(self, turn: ChatTurn) -> None:
         """The question becomes a suggested wording of each approved answer the check accepted for it. It

@@ -76,6 +76,11 @@ class ReplyStats:
         return RepetitionRule.from_json(self.repetition) if self.repetition else REPETITION_OFF
 
     @property
+    def followed_share(self) -> float:
+        """The share of the reply's tokens copied from the approved answers that grounded it."""
+        return sum(use.copied for use in self.grounding) / max(self.tokens, 1)
+
+    @property
     def hit_limit(self) -> bool:
         """Stopped by the token limit, not by its own end: such a reply is likely cut off mid-thought."""
         return self.stop_reason == "limit"
