@@ -161,6 +161,9 @@ def echo_reply(server) -> str:
 @pytest.mark.browser
 def test_hostile_references_show_as_text_in_the_chat(server, chat_page):
     page, dialogs = chat_page
+    # The stats line shows while the reply streams; the details panel fills only once it is done.
+    page.locator("#details").get_by_text("How do I send a fax from Nimbus Drive?").first.wait_for(
+        timeout=REPLY_TIMEOUT_MS)
     details = page.locator("#details").inner_text()
     print(f"details panel: {details[:600]!r}")
     assert "How do I send a fax from Nimbus Drive? <script>window.__pwned=1</script>" in details
