@@ -15,7 +15,7 @@ from cache.embedder import DEFAULT_MODEL as DEFAULT_EMBEDDING_MODEL
 from cache.embedder import MODEL_NAME as EMBEDDING_BUNDLED
 from cache.embedder import model_dir_of
 from chatbot import Accounts, AdminService, Admission, Bootstrap, ChatLimits, ChatService, ChatSettings, InputError
-from chatbot.settings import embedding_dtype_for
+from chatbot.settings import DEFAULT_HANDOFF_MESSAGE, embedding_dtype_for
 from data import example_questions
 from decoding import (
     DEFAULT_PREFIX_CACHE_BYTES,
@@ -78,6 +78,9 @@ class Settings(BaseSettings):
     grounding_token_budget: int = ChatSettings.grounding_token_budget
     repetition: Literal["dry", "off"] = "dry"  # the decoding rule: greedy with DRY and a stop rule, or plain greedy
     prompt_layout: Literal["system", "turn", "answer"] = ChatSettings.prompt_layout
+    # A first question no approved answer and no help article covers: the hand-off message, not a made-up reply
+    uncovered: Literal["hand-off", "answer"] = "hand-off"
+    handoff_message: str = DEFAULT_HANDOFF_MESSAGE
     admin_user: str = "admin"  # the bootstrap admin, made only while the database has no admin account
     admin_password: SecretStr | None = None  # None: a random one is made and printed at start
     login_max_failures: int = LoginLimits.max_failures
@@ -130,6 +133,7 @@ class Settings(BaseSettings):
             repetition=NAMED_RULES[self.repetition], prompt_layout=self.prompt_layout,
             max_concurrent_replies=self.max_concurrent_replies, embedding_model=self.embedding_model,
             embedding_dtype=embedding_dtype_for(self.embedding_dtype), warm_prefixes=self.warm_prefixes,
+            uncovered=self.uncovered, handoff_message=self.handoff_message,
         )
 
     def login_limits(self) -> LoginLimits:

@@ -286,6 +286,22 @@ def article_report(probes: list[Probe], app: ChatSettings) -> str:
                   "wordings (with an article / without)"], rows)
 
 
+def handoff_report(probes: list[Probe], groups: dict[int, str], app: ChatSettings) -> str:
+    """How many first questions the app hands off (ChatSettings.uncovered): neither an approved answer nor a help
+    article (by the app's pick) for them. Uncovered wordings should be; covered ones should not."""
+    policy = GroundingPolicy(app.grounding_threshold, app.grounding_margin, app.grounding_article_margin)
+    rows = []
+    for half in ("tune", "held-out"):
+        asked = [p for p in probes if p.half == half]
+        handed = [p for p in asked if decide(p, policy) is None and
+                  (article_of_match(p.matches, app.article_match_threshold, app.article_match_margin)
+                   or p.article_id) is None]
+        covered = sum(p.covered for p in asked)
+        got_covered = sum(p.covered for p in handed)
+        rows.append([half, f"{len(handed) - got_covered} / {len(asked) - covered}", f"{got_covered} / {covered}"])
+    return table(["half", "uncovered wordings handed off", "covered rewordings handed off"], rows)
+
+
 def _fusion(answers: bool, weight: float) -> str:
     return f"{'question and answer' if answers else 'question'} cosine + {weight} x BM25"
 
@@ -316,7 +332,9 @@ def measure(aliases: int, embedder: Embedder, app: ChatSettings) -> tuple[Tuned,
         f"{defaults}, two from the chosen article need the margin (the rule until 9bb8cf9)":
             score(app_probes, groups, replace(shipped, sibling_grounds=False), "held-out"),
     }
-    articles = article_report(app_probes, app)
+    articles = article_report(app_probes, app) + (
+        "\n\nHanded off by the app (no approved answer and no article; the app's rule and defaults):\n\n"
+        + handoff_report(app_probes, groups, app))
     points = curve(probes[tuned.answers, tuned.weight], groups, tuned, "held-out")
     return tuned, others, points, articles
 

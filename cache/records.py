@@ -118,7 +118,8 @@ class NewReply:
     seconds: float | None = None
     greedy_seconds: float | None = None
     tokens_per_forward_pass: float | None = None  # None: not measured; the dashboard plots it
-    stop_reason: str | None = None  # how the reply ended: "eos", "repetition" or "limit" (the token limit)
+    # how the reply ended: "eos", "repetition", "limit" (the token limit), or "handed off" (not decoded)
+    stop_reason: str | None = None
     prompt_ids: list[int] | None = None
     token_ids: list[int] | None = None
     reference_entry_ids: list[int] = field(default_factory=list)

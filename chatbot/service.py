@@ -1,6 +1,7 @@
 """One chat turn: embed the question, fetch similar past answers, decode with LLMA, store the answer."""
 
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -47,7 +48,7 @@ from .prompt import InputError, clean_text
 from .replies import Reply, ReplyReferences, Verification
 from .seed import Seed, seed_help_centre
 from .settings import ChatSettings
-from .stats import ReplyStats
+from .stats import HANDED_OFF, ReplyStats
 from .turn import ChatTurn, TurnPlanner
 from .warm import WARM_SHARE, prompt_beginnings
 
@@ -178,7 +179,11 @@ class ChatService:
 
     def stream(self, question: str, history: list[dict] | None = None, session_id: str = "") -> Iterator[Reply]:
         """Replies growing chunk by chunk; the last one is `done` and stored."""
+        start = time.perf_counter()
         turn = self.planner.plan(question, history, session_id)
+        if turn.uncovered and self.settings.uncovered == "hand-off":
+            yield self._hand_off(turn, time.perf_counter() - start)
+            return
         exact = self.cache.find_exact(turn.question, turn.context_key, self.model_id, turn.prompt_hash)
         if exact is None:
             yield from self._decode(turn, self.policy, exact_hit=False)
@@ -241,6 +246,16 @@ class ChatService:
         return Reply(text=text, stats=stats, done=True, id=reply_id, spans=spans,
                      notice=turn.notice(stats.followed_share))
 
+    def _hand_off(self, turn: ChatTurn, seconds: float) -> Reply:
+        """The hand-off message instead of a decoded reply, stored as a served reply that nothing backed, so that
+        staff see the question among those to write answers for (the Dashboard)."""
+        text, stats = self.settings.handoff_message, ReplyStats.for_hand_off(seconds)
+        reply_id = self.cache.record_reply(
+            NewReply(question=turn.question, answer=text, stats=stats.to_json(), seconds=seconds,
+                     stop_reason=HANDED_OFF, session_id=turn.session_id, backed=False)
+        )
+        return Reply(text=text, stats=stats, done=True, id=reply_id)
+
     def _suggest_wordings(self, turn: ChatTurn) -> None:
         """The question becomes a suggested wording of each approved answer the check accepted for it. It
         matches nothing until staff confirm it, so a wrong grounding never reinforces itself. A follow-up
@@ -286,6 +301,8 @@ class ChatService:
         if reply is None:
             raise KeyError(f"no reply {reply_id}")
         prompt_ids, tokens = reply.prompt_ids, reply.token_ids
+        if reply.stop_reason == HANDED_OFF:
+            raise ValueError(f"reply {reply_id} was handed off, not decoded: there is no decoding to verify")
         if not prompt_ids or tokens is None:
             raise ValueError(f"reply {reply_id} was stored without its prompt; it cannot be verified")
         stats = ReplyStats.from_json(reply.stats) if reply.stats else None

@@ -10,6 +10,13 @@ from decoding.hardware import cpu_features
 
 from .prompt import DEFAULT_SYSTEM_PROMPT, LAYOUTS
 
+# What a first question gets when nothing covers it: no approved answer, no help article, no conversation.
+UNCOVERED_CHOICES = ("answer", "hand-off")
+DEFAULT_HANDOFF_MESSAGE = (
+    "Our support staff have not written an answer that covers this question yet, and no help article covers "
+    "it, so I won't guess. Please ask in other words, or contact our support team."
+)
+
 # Which review states each grounding setting lets into a prompt.
 GROUNDING_REVIEWS = {"approved": ("approved",), "all": ("approved", "candidate"), "off": ()}
 
@@ -89,6 +96,14 @@ class ChatSettings:
     # Prefill every help article's and approved answer's prompt beginning into the prefix cache while the model is
     # idle (chatbot/warm.py): the app does; off here, so that tests and benchmarks start with the cache they ask.
     warm_prefixes: bool = False
+    # A first question with no approved answer, no help article and no conversation: "answer" decodes it (here:
+    # tests and benchmarks measure decoding), "hand-off" (the app's) replies `handoff_message` without decoding.
+    # The 135M model answers such a question as readily as one it knows, and mostly wrong: "Is my data
+    # encrypted?" got "No, your data is not encrypted"; "what's your phone number", "123-Nimbus-D----N-B---".
+    # Of the shipped questions, 34 of 42 wordings no approved answer covers are handed off, 3 of 177 covered
+    # rewordings (both halves, all-mpnet-base-v2, either dtype: "Handed off" in docs/retrieval/report.md).
+    uncovered: str = "answer"
+    handoff_message: str = DEFAULT_HANDOFF_MESSAGE
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_new_tokens < self.context_window:
@@ -111,6 +126,10 @@ class ChatSettings:
                              f"{self.embedding_dtype!r}")
         if self.prompt_layout not in LAYOUTS:
             raise ValueError(f"prompt_layout must be one of {', '.join(LAYOUTS)}, not {self.prompt_layout!r}")
+        if self.uncovered not in UNCOVERED_CHOICES:
+            raise ValueError(f"uncovered must be one of {', '.join(UNCOVERED_CHOICES)}, not {self.uncovered!r}")
+        if self.uncovered == "hand-off" and not self.handoff_message.strip():
+            raise ValueError("handoff_message must not be empty when uncovered questions are handed off")
         if self.grounding_answers < 0 or self.grounding_token_budget < 0:
             raise ValueError("grounding_answers and grounding_token_budget must not be negative")
 

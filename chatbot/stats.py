@@ -4,6 +4,10 @@ from dataclasses import asdict, dataclass, field
 
 from decoding import ONE_TOKEN_STEPS, REPETITION_OFF, RepetitionRule, StepConfig
 
+# The stop reason of a reply that was not decoded: nothing covered its question, and the service handed it off
+# (ChatSettings.uncovered).
+HANDED_OFF = "handed off"
+
 
 @dataclass(frozen=True)
 class ReferenceUse:
@@ -81,9 +85,22 @@ class ReplyStats:
         return sum(use.copied for use in self.grounding) / max(self.tokens, 1)
 
     @property
+    def handed_off(self) -> bool:
+        """Not decoded: the customer got the hand-off message (ChatSettings.uncovered)."""
+        return self.stop_reason == HANDED_OFF
+
+    @property
     def hit_limit(self) -> bool:
         """Stopped by the token limit, not by its own end: such a reply is likely cut off mid-thought."""
         return self.stop_reason == "limit"
+
+    @classmethod
+    def for_hand_off(cls, seconds: float) -> "ReplyStats":
+        """A reply not decoded, which took `seconds` to decide that (the question's lookup)."""
+        return cls(tokens=0, forward_passes=0, copied_tokens=0, seconds=seconds, tokens_per_second=0.0,
+                   greedy_seconds_estimate=0.0, speedup=1.0, exact_hit=False, copied_share=0.0,
+                   speedup_method="not decoded: nothing staff approved and no help article covers the question",
+                   tokens_per_forward_pass=None, finished=True, stop_reason=HANDED_OFF)
 
     def to_json(self) -> dict:
         return asdict(self)

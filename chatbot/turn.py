@@ -81,6 +81,12 @@ class ChatTurn:
         """The cache entry behind a copied run's source index; None for the prompt or the reply itself."""
         return self.references[source].id if 0 <= source < len(self.references) else None
 
+    @property
+    def uncovered(self) -> bool:
+        """A first question that neither an approved answer nor a help article covers: the model would have
+        nothing but its own weights to answer from."""
+        return not self.matched and self.article is None and not self.history
+
     def context_text(self) -> str:
         return "\n".join(f"{m.role}: {m.content}" for m in self.history)
 

@@ -23,7 +23,7 @@ torch.set_num_threads(TEST_THREADS)
 # (xdist's own loadgroup marks have no effect under pytest 9, which no longer lets it rename tests.)
 SPREAD_FOLDERS = ("tests/decoding/", "tests/cache/", "tests/data/")
 SHARED_SERVER_MODULES = {
-    "tests/reliability/": ("test_access.py", "test_bad_input.py", "test_content.py", "test_load.py"),
+    "tests/reliability/": ("test_access.py", "test_bad_input.py", "test_content.py", "test_handoff.py", "test_load.py"),
     "tests/webui/": ("test_api.py", "test_browser.py"),
 }
 SHARED_SERVERS = ("server", "servers")  # the session fixtures of those folders' conftest.py

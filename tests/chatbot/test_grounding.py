@@ -13,6 +13,7 @@ from transformers import AutoTokenizer
 from cache import AnswerCache, Embedder, NewAnswer, StaffStore
 from chatbot import Accounts, AdminService, ChatService, ChatSettings, InputError
 from chatbot.seed import Seed
+from chatbot.settings import DEFAULT_HANDOFF_MESSAGE
 from chatbot.turn import DEPARTED_NOTICE, UNCHECKED_NOTICE
 from data import StaffAnswer
 from decoding import CostCurve, Engine
@@ -149,6 +150,33 @@ def test_a_grounded_reply_that_left_its_approved_answer_says_how_little_follows_
     assert "Only 8% of this reply follows the answer our support staff approved" in turn.notice(followed=0.08)
     unbacked = service.planner.plan("Which file types can I preview in the browser?", None, "")
     assert unbacked.notice(followed=0.0) == UNCHECKED_NOTICE  # nothing grounded it: nothing to depart from
+
+
+def test_a_first_question_nothing_covers_is_handed_off_undecoded_and_listed_for_staff(service):
+    uncovered = "Which file types can I preview in the browser?"
+    handing = service.with_settings(uncovered="hand-off")
+    assert handing.planner.plan(uncovered, None, "").uncovered
+    entries = len(service.cache.list_entries(limit=1000).entries)
+    reply = handing.ask(uncovered, session_id="s1")
+    assert reply.done and reply.text == DEFAULT_HANDOFF_MESSAGE and reply.notice == ""
+    assert reply.stats.handed_off and reply.stats.tokens == 0 and reply.stats.forward_passes == 0
+    stored = service.cache.get_reply(reply.id)
+    assert (stored.answer, stored.stop_reason, stored.entry_id) == (DEFAULT_HANDOFF_MESSAGE, "handed off", None)
+    assert len(service.cache.list_entries(limit=1000).entries) == entries  # no answer was made to cache
+    with pytest.raises(ValueError, match="handed off, not decoded"):
+        handing.verify(reply.id)
+    # Decoded as before: a question an approved answer covers, a follow-up (its conversation is something to go
+    # on), and the same question where the setting says answer.
+    assert handing.ask(REWORDED).stats.tokens > 0
+    history = [{"role": "user", "content": QUESTION}, {"role": "assistant", "content": APPROVED}]
+    assert handing.ask(uncovered, history=history).stats.tokens > 0
+    assert service.ask(uncovered).stats.tokens > 0
+    # Staff see the handed-off question among those nothing backed, to write an answer for it.
+    assert uncovered in {q.question for q in service.cache.dashboard_stats().top_unbacked_questions}
+    with pytest.raises(ValueError, match="handoff_message"):
+        ChatSettings(uncovered="hand-off", handoff_message=" ")
+    with pytest.raises(ValueError, match="uncovered must be one of"):
+        ChatSettings(uncovered="guess")
 
 
 def test_a_crafted_question_cannot_reach_another_customers_prompt(service):

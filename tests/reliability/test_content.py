@@ -128,10 +128,17 @@ def chat_page(browser, server, imported):
     page = open_page(browser, f"{server.url}/", dialogs)
     page.locator("#question textarea").wait_for()
     page.locator("#show-details input").check()
-    for number, question in enumerate((ECHO_QUESTION, REFERENCE_QUESTION)):
+    # The echo question second: asked first, nothing would cover it and the app would hand it off undecoded (its
+    # conversation is something to go on, so it is decoded).
+    for number, question in enumerate((REFERENCE_QUESTION, ECHO_QUESTION)):
         page.locator("#question textarea").fill(question)
         page.locator("#send").click()
         page.locator("#chat sub", has_text="forward pass").nth(number).wait_for(timeout=REPLY_TIMEOUT_MS)
+    # The stats line shows while a reply streams; it is stored (and its details filled) once it is done.
+    for _ in range(REPLY_TIMEOUT_MS // 500):
+        if any(r["question"] == ECHO_QUESTION for r in replies_table(server.data_dir).values()):
+            break
+        page.wait_for_timeout(500)
     yield page, dialogs
     page.close()
 
@@ -161,7 +168,7 @@ def echo_reply(server) -> str:
 @pytest.mark.browser
 def test_hostile_references_show_as_text_in_the_chat(server, chat_page):
     page, dialogs = chat_page
-    # The stats line shows while the reply streams; the details panel fills only once it is done.
+    page.locator(BOT_BUBBLES).first.click()  # shows the first reply's details: the fax question's references
     page.locator("#details").get_by_text("How do I send a fax from Nimbus Drive?").first.wait_for(
         timeout=REPLY_TIMEOUT_MS)
     details = page.locator("#details").inner_text()
@@ -170,7 +177,7 @@ def test_hostile_references_show_as_text_in_the_chat(server, chat_page):
     assert 'To send a fax: <img src=x onerror="window.__pwned=1">' in details
     assert "[click](javascript:window.__pwned=1)" in details
     click_around(page, "#chat")
-    page.locator(BOT_BUBBLES).first.click()  # shows the first reply's details: the reply that echoed HTML
+    page.locator(BOT_BUBBLES).nth(1).click()  # shows the second reply's details: the reply that echoed HTML
     if "<script>" in echo_reply(server):  # only a reply that echoed the HTML has it to show
         # the test server's short replies end within the echo: its HTML as typed, not the whole question
         expect(page.locator("#details")).to_contain_text("<script>window.__pwned", use_inner_text=True,
@@ -183,7 +190,7 @@ def test_html_in_a_reply_shows_as_text_in_its_bubble(server, chat_page):
     """The model's own reply can hold HTML (here it echoes the question); its bubble must show it as typed."""
     page, dialogs = chat_page
     served = echo_reply(server)
-    bubble = page.locator(BOT_BUBBLES).first.inner_text()
+    bubble = page.locator(BOT_BUBBLES).nth(1).inner_text()
     print(f"served: {served!r}; bubble shows: {bubble[:200]!r}")
     assert page.evaluate(NOTHING_RAN) == CLEAN and dialogs == []
     if "<script>" not in served:

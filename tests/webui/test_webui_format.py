@@ -37,6 +37,11 @@ def test_exact_hit_says_how_the_speedup_was_measured():
     assert "speedup 85.0x (exact repeat)" in line and "100% copied" in line and "0 forward passes" in line
 
 
+def test_a_handed_off_reply_says_it_was_not_decoded_instead_of_a_speedup():
+    line = fmt.stats_line(ReplyStats.for_hand_off(0.0412))
+    assert line == "not decoded: no approved answer or help article covers this question · 0.04 s"
+
+
 def test_reply_markdown_puts_the_method_in_a_tooltip_escaped():
     bubble = fmt.reply_markdown("Hello", replace(STATS, speedup_method=EVIL), notice="old <b>turns</b> dropped")
     assert bubble.startswith('Hello\n\n<sub title="How the speedup was measured: &lt;script&gt;')
