@@ -12,9 +12,10 @@ from .prompt import DEFAULT_SYSTEM_PROMPT, LAYOUTS
 
 # What a first question gets when nothing covers it: no approved answer, no help article, no conversation.
 UNCOVERED_CHOICES = ("answer", "hand-off")
+# Worded to read right after a greeting or a thank-you too, which have nothing to go on either.
 DEFAULT_HANDOFF_MESSAGE = (
-    "Our support staff have not written an answer that covers this question yet, and no help article covers "
-    "it, so I won't guess. Please ask in other words, or contact our support team."
+    "I can help with the questions our support staff have written answers for, and I have none for this message, "
+    "so I won't guess. Please ask your question in other words, or contact our support team."
 )
 
 # Which review states each grounding setting lets into a prompt.
