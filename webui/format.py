@@ -148,5 +148,9 @@ def details_html(text: str, spans: Sequence[Span], stats: ReplyStats, references
         "<mark class='copied-prompt'>the prompt</mark> <mark class='copied-reply'>earlier in the reply</mark>; "
         "everything copied was checked against the model's own choices.</p>"
     )
+    if stats.handed_off:  # nothing was decoded, copied or looked up beyond the question
+        return (f"{highlighted_html(text, spans)}<p>Not decoded: no answer our support staff approved and no help "
+                "article covers this question, so the customer got the hand-off message. It is listed on the admin "
+                "Dashboard among the questions to write answers for.</p>")
     return f"{legend}{highlighted_html(text, spans)}{method_html(stats)}<h4>References</h4>{references}"
 

@@ -40,6 +40,8 @@ def test_exact_hit_says_how_the_speedup_was_measured():
 def test_a_handed_off_reply_says_it_was_not_decoded_instead_of_a_speedup():
     line = fmt.stats_line(ReplyStats.for_hand_off(0.0412))
     assert line == "not decoded: no approved answer or help article covers this question · 0.04 s"
+    panel = fmt.details_html("Please contact <b>us</b>.", [], ReplyStats.for_hand_off(0.04), "")
+    assert "Not decoded" in panel and "Copied from" not in panel and "&lt;b&gt;" in panel
 
 
 def test_reply_markdown_puts_the_method_in_a_tooltip_escaped():
