@@ -51,7 +51,7 @@ class Browse:
             replies = session.execute(
                 select(
                     Reply.question, Reply.speedup, Reply.seconds, Reply.greedy_seconds, Reply.reference_entry_ids,
-                    Reply.exact_hit, Reply.feedback, Reply.backed,
+                    Reply.exact_hit, Reply.feedback, Reply.backed, Reply.stop_reason,
                 )
             ).all()
         return dashboard.summarize(replies, entries, articles)

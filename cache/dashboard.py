@@ -7,7 +7,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Protocol
 
-from cache.records import DashboardStats, QuestionCount
+from cache.records import HANDED_OFF, DashboardStats, QuestionCount
 from cache.text import normalize_question
 
 TOP_QUESTIONS = 10
@@ -22,6 +22,7 @@ class Timing(Protocol):
 class ReplyRow(Timing, Protocol):
     question: str
     reference_entry_ids: list[int]
+    stop_reason: str | None
     exact_hit: bool
     feedback: int | None
     backed: bool | None
@@ -52,6 +53,7 @@ def summarize(replies: Sequence[ReplyRow], entries: int, articles: int) -> Dashb
         top_unreferenced_questions=top_questions(unreferenced),
         replies_not_backed=len(unbacked),
         top_unbacked_questions=top_questions(unbacked),
+        replies_handed_off=sum(1 for reply in unbacked if reply.stop_reason == HANDED_OFF),
     )
 
 

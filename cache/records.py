@@ -105,6 +105,11 @@ class EntryPage:
     total: int
 
 
+# The stop reason of a served reply that was not decoded: nothing covered its question and the customer got the
+# hand-off message (chatbot.settings.ChatSettings.uncovered).
+HANDED_OFF = "handed off"
+
+
 @dataclass(frozen=True, kw_only=True)
 class NewReply:
     """A chat turn as served; `entry_id` is the cached answer it was served from or stored as."""
@@ -197,3 +202,4 @@ class DashboardStats:
     # Replies no approved answer backed, and the questions most often among them: what staff could answer next.
     replies_not_backed: int = 0
     top_unbacked_questions: list[QuestionCount] = field(default_factory=list)
+    replies_handed_off: int = 0  # of those, how many got the hand-off message instead of a decoded reply

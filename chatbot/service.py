@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 from cache import AnswerCache, Embedder, NewAnswer, NewReply
-from cache.records import Hit
+from cache.records import HANDED_OFF, Hit
 from decoding import (
     AUTO,
     DEFAULT_PREFIX_CACHE_BYTES,
@@ -48,7 +48,7 @@ from .prompt import InputError, clean_text
 from .replies import Reply, ReplyReferences, Verification
 from .seed import Seed, seed_help_centre
 from .settings import ChatSettings
-from .stats import HANDED_OFF, ReplyStats
+from .stats import ReplyStats
 from .turn import ChatTurn, TurnPlanner
 from .warm import WARM_SHARE, prompt_beginnings
 

@@ -2,11 +2,8 @@
 
 from dataclasses import asdict, dataclass, field
 
+from cache.records import HANDED_OFF
 from decoding import ONE_TOKEN_STEPS, REPETITION_OFF, RepetitionRule, StepConfig
-
-# The stop reason of a reply that was not decoded: nothing covered its question, and the service handed it off
-# (ChatSettings.uncovered).
-HANDED_OFF = "handed off"
 
 
 @dataclass(frozen=True)

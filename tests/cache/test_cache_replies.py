@@ -4,6 +4,7 @@ import pytest
 from cache_helpers import answer
 
 from cache import NewReply, QuestionCount
+from cache.records import HANDED_OFF
 
 
 def reply(question: str = "How do I reset my password?", **fields) -> NewReply:
@@ -66,11 +67,11 @@ def test_dashboard_counts_rates_speedups_and_savings(cache):
 def test_dashboard_lists_the_questions_no_approved_answer_backed(cache):
     cache.record_reply(reply("Is my data encrypted?", backed=False))
     cache.record_reply(reply("is my data encrypted", backed=False))
-    cache.record_reply(reply("Do you have a dark mode?", backed=False))
+    cache.record_reply(reply("Do you have a dark mode?", backed=False, stop_reason=HANDED_OFF))
     cache.record_reply(reply("How do I reset my password?", backed=True))
     cache.record_reply(reply("Served before it was recorded?"))  # backed None: not counted either way
     stats = cache.dashboard_stats()
-    assert stats.replies_not_backed == 3
+    assert (stats.replies_not_backed, stats.replies_handed_off) == (3, 1)
     assert stats.top_unbacked_questions == [QuestionCount("Is my data encrypted?", 2),
                                             QuestionCount("Do you have a dark mode?", 1)]
 
