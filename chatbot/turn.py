@@ -112,7 +112,8 @@ class TurnPlanner:
 
     def plan(self, question: object, history: list[dict] | None, session_id: str) -> ChatTurn:
         question = check_question(question, self.settings.max_question_chars)
-        messages = parse_history(history, self.settings.max_question_chars * 4)
+        messages = without_hand_offs(parse_history(history, self.settings.max_question_chars * 4),
+                                     self.settings.handoff_message)
         found = self.find_article(question)  # by the article's own vector: the consistency check's evidence
         matches = self.approved_matches(question)
         article = self.pick_article(matches, found)
@@ -188,6 +189,20 @@ class TurnPlanner:
         if hit is None:
             return None
         return ArticlePick(hit.id, article_in_prompt(hit.title, hit.body), hit.score)
+
+
+def without_hand_offs(messages: list[Message], handoff_message: str) -> list[Message]:
+    """The conversation without its handed-off exchanges (a message nothing covered and the hand-off message
+    after it). They tell the model nothing; kept, a customer's "hi" would make the question after it a follow-up,
+    decoded whatever covers it, and cost it the exact hits of the same question asked first."""
+    kept: list[Message] = []
+    for message in messages:
+        if message.role == "assistant" and message.content.strip() == handoff_message.strip():
+            if kept and kept[-1].role == "user":
+                kept.pop()
+            continue
+        kept.append(message)
+    return kept
 
 
 def check_question(question: object, max_chars: int) -> str:

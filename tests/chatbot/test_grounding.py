@@ -171,6 +171,12 @@ def test_a_first_question_nothing_covers_is_handed_off_undecoded_and_listed_for_
     history = [{"role": "user", "content": QUESTION}, {"role": "assistant", "content": APPROVED}]
     assert handing.ask(uncovered, history=history).stats.tokens > 0
     assert service.ask(uncovered).stats.tokens > 0
+    # A handed-off exchange is no conversation ("hi", then the real question): what follows it is planned as a
+    # first question, handed off again when nothing covers it, and given the first question's very prompt.
+    handed = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": DEFAULT_HANDOFF_MESSAGE}]
+    assert handing.ask(uncovered, history=handed).stats.handed_off
+    after_hi = handing.planner.plan(REWORDED, handed, "")
+    assert after_hi.history == [] and after_hi.prompt.ids == handing.planner.plan(REWORDED, None, "").prompt.ids
     # Staff see the handed-off question among those nothing backed, to write an answer for it.
     assert uncovered in {q.question for q in service.cache.dashboard_stats().top_unbacked_questions}
     with pytest.raises(ValueError, match="handoff_message"):

@@ -19,8 +19,12 @@ def test_a_question_nothing_covers_gets_the_hand_off_message_not_a_made_up_reply
     stored = replies_table(server.data_dir)[stats["reply_id"]]
     assert (stored["answer"], stored["entry_id"]) == (DEFAULT_HANDOFF_MESSAGE, None)
     assert UNCOVERED not in entry_questions(server.data_dir).values()  # no answer cached for it
-    # Asked again inside a conversation, it is decoded: the conversation is something to go on.
-    history = [{"role": "user", "content": UNCOVERED}, {"role": "assistant", "content": text}]
-    _, follow_up = chat_client.predict("Please answer anyway: what's a good name for a cat?", history,
-                                       api_name="/chat")
+    # The hand-off is no conversation: a second question nothing covers is handed off too.
+    handed = [{"role": "user", "content": UNCOVERED}, {"role": "assistant", "content": text}]
+    _, again = chat_client.predict("Please answer anyway: what's a good name for a cat?", handed, api_name="/chat")
+    assert again["stop_reason"] == "handed off"
+    # After a decoded reply, a follow-up is decoded: the conversation is something to go on.
+    history = [{"role": "user", "content": "How do I reset my password?"},
+               {"role": "assistant", "content": "Click Forgot password on the sign-in page."}]
+    _, follow_up = chat_client.predict("And what's a good name for a cat?", history, api_name="/chat")
     assert follow_up["stop_reason"] != "handed off" and follow_up["tokens"] > 0
