@@ -96,7 +96,7 @@ class ReplyStats:
         """A reply not decoded, which took `seconds` to decide that (the question's lookup)."""
         return cls(tokens=0, forward_passes=0, copied_tokens=0, seconds=seconds, tokens_per_second=0.0,
                    greedy_seconds_estimate=0.0, speedup=1.0, exact_hit=False, copied_share=0.0,
-                   speedup_method="not decoded: nothing staff approved and no help article covers the question",
+                   speedup_method="not decoded: no approved answer or help article covers this question",
                    tokens_per_forward_pass=None, finished=True, stop_reason=HANDED_OFF)
 
     def to_json(self) -> dict:

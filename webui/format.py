@@ -39,8 +39,8 @@ def speedup_label(stats: ReplyStats) -> str:
 
 def stats_line(stats: ReplyStats) -> str:
     """One compact line of numbers for under a reply, e.g. '32 tokens · 1.41 s · 22.7 tok/s · ...'."""
-    if stats.handed_off:
-        return f"not decoded: no approved answer or help article covers this question · {stats.seconds:.2f} s"
+    if stats.handed_off:  # its method says why nothing was decoded
+        return f"{stats.speedup_method} · {stats.seconds:.2f} s"
     passes = stats.forward_passes
     parts = [
         f"{stats.tokens} tokens",
