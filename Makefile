@@ -7,6 +7,8 @@ EMBED_DIR := models/all-mpnet-base-v2
 STAMP := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
 PEERS_STAMP := $(VENV)/.installed-peers
+# No wheel cache: a CI runner's disk was once too full for the venv and a cached copy of every wheel besides.
+export PIP_NO_CACHE_DIR := 1
 
 .PHONY: run test test-fast bench lint setup dev peers browser postgresql clean
 
