@@ -115,8 +115,8 @@ class Tuned:
         return GroundingPolicy(self.threshold, self.margin, self.article_margin, self.sibling_grounds)
 
     def describe(self) -> str:
-        siblings = "the best of two from the chosen article grounds" if self.sibling_grounds else (
-            "two from the chosen article need the margin")
+        siblings = "the best of two from one article grounds" if self.sibling_grounds else (
+            "two from one article need the margin")
         return (f"{_fusion(self.answers, self.weight)}, threshold {self.threshold}, margin {self.margin} "
                 f"({self.article_margin} where the article agrees; {siblings})")
 
@@ -329,7 +329,7 @@ def measure(aliases: int, embedder: Embedder, app: ChatSettings) -> tuple[Tuned,
     others = {
         f"before: cosine >= {BEFORE_THRESHOLD}, no check": score(probes[False, 0.0], groups, None, "held-out"),
         defaults: score(app_probes, groups, shipped, "held-out"),
-        f"{defaults}, two from the chosen article need the margin (the rule until 9bb8cf9)":
+        f"{defaults}, two from one article need the margin (the rule until 9bb8cf9)":
             score(app_probes, groups, replace(shipped, sibling_grounds=False), "held-out"),
     }
     articles = article_report(app_probes, app) + (

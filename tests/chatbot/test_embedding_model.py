@@ -34,12 +34,17 @@ GROUPS = {"sign-out-devices", "cancel-subscription", "lost-2fa-phone", "delete-a
 # Short questions asked live that fall between two approved answers written from the same article (mpnet: the
 # annual-plan refund 0.621 against the duplicate charge 0.597; cancel 0.693 against downgrade 0.686). Grounding
 # neither, the 135M model invented a "Fees tab" and "your files are permanently deleted" beside the article.
+# The third falls between two plans-and-pricing answers (the plans overview 0.707, the Free plan's limits 0.659)
+# while its own vector picks the discounts article (0.40): grounding neither, the model invented a "100 GB" Free
+# plan beside the article; the best of the two states the Free plan's limits as staff wrote them.
 SIBLINGS = [
     ("How can I get a refund?", "refund-request"),
     ("What happens to my files if I cancel my subscription?", "cancel-subscription"),
+    ("what does the free plan include?", "plans-pricing"),
 ]
 SIBLING_GROUPS = {"refund-request", "charged-twice", "cancel-subscription", "over-quota-after-downgrade",
-                  "change-card", "payment-failed", "delete-account"}
+                  "change-card", "payment-failed", "delete-account", "plans-pricing", "free-plan-storage",
+                  "student-discount"}
 
 
 def test_a_setting_names_the_bundled_model_a_prepared_one_or_a_folder(tmp_path):
@@ -114,11 +119,11 @@ def grounded_groups(model: str, tmp_path, asked=CONFUSED, sibling_rules=(True,))
 
 @pytest.mark.slow
 def test_the_default_model_grounds_the_wordings_minilm_confuses_and_the_best_sibling(tmp_path):
-    """Also: of two approved answers from the chosen article, the best grounds (the rule before told them apart by
-    the margin alone, and neither grounded)."""
+    """Also: of two approved answers from one article, the best grounds, whatever article the question's own
+    vector picks (the rule before told them apart by the margin alone, and neither grounded)."""
     mpnet = grounded_groups(DEFAULT_MODEL, tmp_path, CONFUSED + SIBLINGS, sibling_rules=(True, False))
     assert mpnet[True] == [group for _, group in CONFUSED + SIBLINGS]
-    assert mpnet[False][len(CONFUSED):] == [None, None]
+    assert mpnet[False][len(CONFUSED):] == [None] * len(SIBLINGS)
     minilm = grounded_groups(MODEL_NAME, tmp_path)[True]
     assert all(found != group for found, (_, group) in zip(minilm, CONFUSED, strict=True)), minilm
 

@@ -1,5 +1,7 @@
 """The consistency check before grounding (chatbot/grounding.py), on hand-made matches: no model, no cache."""
 
+from dataclasses import replace
+
 from cache.records import Hit
 from chatbot.grounding import GroundingPolicy, choose_grounding, contains
 
@@ -30,8 +32,20 @@ def test_of_two_answers_from_the_chosen_article_the_best_grounds_even_in_a_near_
     assert ([h.id for h in siblings.grounding], siblings.reason) == ([1], "best of its article")
     clear = choose_grounding([hit(1, 0.8), hit(2, 0.65)], "reset-password", ARTICLE, policy)
     assert ([h.id for h in clear.grounding], clear.reason) == ([1], "margin")
-    elsewhere = choose_grounding([hit(1, 0.7), hit(2, 0.695)], "billing", ARTICLE, policy)
-    assert (elsewhere.matched, elsewhere.reason) == ([], "disagrees")
+
+
+def test_two_answers_from_one_article_ground_the_best_whatever_article_the_question_picked():
+    # "what does the free plan include?": two plans-and-pricing answers nearest, the question's own vector on
+    # the discounts article; the two answers from one article outweigh it.
+    policy = GroundingPolicy(threshold=0.6, margin=0.1, article_margin=0.02)
+    siblings = choose_grounding([hit(1, 0.7), hit(2, 0.65)], "billing", ARTICLE, policy)
+    assert ([h.id for h in siblings.grounding], siblings.reason) == ([1], "best of its article")
+    unpicked = choose_grounding([hit(1, 0.7), hit(2, 0.65)], None, None, policy)
+    assert [h.id for h in unpicked.grounding] == [1]
+    apart = choose_grounding([hit(1, 0.7), hit(2, 0.65, "sharing")], "billing", ARTICLE, policy)
+    assert (apart.matched, apart.reason) == ([], "disagrees")
+    off = choose_grounding([hit(1, 0.7), hit(2, 0.65)], "billing", ARTICLE, replace(policy, sibling_grounds=False))
+    assert (off.matched, off.reason) == ([], "ambiguous")
 
 
 def test_with_sibling_grounds_off_two_answers_from_the_chosen_article_are_told_apart_by_the_margin_alone():
