@@ -112,7 +112,7 @@ class Tuned:
 
     @property
     def policy(self) -> GroundingPolicy:
-        return GroundingPolicy(self.threshold, self.margin, self.article_margin, self.sibling_grounds)
+        return GroundingPolicy(self.threshold, self.margin, self.article_margin, sibling_grounds=self.sibling_grounds)
 
     def describe(self) -> str:
         siblings = "the best of two from one article grounds" if self.sibling_grounds else (
@@ -194,7 +194,7 @@ def tune(probes: dict, groups: dict[int, str]) -> Tuned:
     best = None
     for (answers, weight), probed in probes.items():
         for threshold, margin, article_margin, siblings in policies():
-            policy = GroundingPolicy(threshold, margin, article_margin, siblings)
+            policy = GroundingPolicy(threshold, margin, article_margin, sibling_grounds=siblings)
             tuned = score(probed, groups, policy, "tune")
             if tuned.precision_floor() < TARGET_PRECISION or tuned.novel_grounded > TARGET_NOVEL:
                 continue

@@ -133,8 +133,8 @@ def pick_grounding(cache: AnswerCache, question: str, grounding: Grounding, mode
     article = cache.best_article(question, threshold=ChatSettings.article_threshold)
     matches = cache.match(question, k=grounding.answers + 1, model_id=model_id,
                           lexical_weight=grounding.lexical_weight, match_answers=grounding.match_answers)
-    policy = GroundingPolicy(grounding.threshold, grounding.margin, grounding.article_margin, grounding.answers,
-                             grounding.token_budget)
+    policy = GroundingPolicy(grounding.threshold, grounding.margin, grounding.article_margin,
+                             answers=grounding.answers, token_budget=grounding.token_budget)
     text = f"{article.title}\n\n{article.body}" if article else None
     return choose_grounding(matches, article.id if article else None, text, policy).matched
 
