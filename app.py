@@ -81,6 +81,13 @@ class Settings(BaseSettings):
     # A first question no approved answer and no help article covers: the hand-off message, not a made-up reply
     uncovered: Literal["hand-off", "answer"] = "hand-off"
     handoff_message: str = DEFAULT_HANDOFF_MESSAGE
+    check_sources: bool = True  # an article or approved answer must answer the question
+    source_coverage: float = ChatSettings.source_coverage
+    source_coverage_close: float = ChatSettings.source_coverage_close
+    source_close_score: float = ChatSettings.source_close_score
+    check_replies: Literal["cut", "record", "off"] = "cut"  # each sentence checked against the sources
+    sentence_overlap: float = ChatSettings.sentence_overlap
+    sentence_pairs: float = ChatSettings.sentence_pairs
     admin_user: str = "admin"  # the bootstrap admin, made only while the database has no admin account
     admin_password: SecretStr | None = None  # None: a random one is made and printed at start
     login_max_failures: int = LoginLimits.max_failures
@@ -133,7 +140,10 @@ class Settings(BaseSettings):
             repetition=NAMED_RULES[self.repetition], prompt_layout=self.prompt_layout,
             max_concurrent_replies=self.max_concurrent_replies, embedding_model=self.embedding_model,
             embedding_dtype=embedding_dtype_for(self.embedding_dtype), warm_prefixes=self.warm_prefixes,
-            uncovered=self.uncovered, handoff_message=self.handoff_message,
+            uncovered=self.uncovered, handoff_message=self.handoff_message, check_sources=self.check_sources,
+            source_coverage=self.source_coverage, source_coverage_close=self.source_coverage_close,
+            source_close_score=self.source_close_score, check_replies=self.check_replies,
+            sentence_overlap=self.sentence_overlap, sentence_pairs=self.sentence_pairs,
         )
 
     def login_limits(self) -> LoginLimits:

@@ -108,6 +108,12 @@ class EntryPage:
 # The stop reason of a served reply that was not decoded: nothing covered its question and the customer got the
 # hand-off message (chatbot.settings.ChatSettings.uncovered).
 HANDED_OFF = "handed off"
+# What a customer was shown (the replies' `outcome`): the model's whole reply, its reply cut at the last sentence
+# the sources support, staff's own text shown as such (a help article's passage), the hand-off message, or the
+# decline of a message that tries to change the assistant's instructions. The last three are not decoded.
+ANSWERED, CUT, STAFF_TEXT, DECLINED = "answered", "cut", "staff text", "declined"
+OUTCOMES = (ANSWERED, CUT, STAFF_TEXT, HANDED_OFF, DECLINED)
+NOT_DECODED = (STAFF_TEXT, HANDED_OFF, DECLINED)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -131,6 +137,8 @@ class NewReply:
     exact_hit: bool = False
     session_id: str = ""
     backed: bool | None = None  # an approved answer backed it; None: not known
+    outcome: str | None = None  # one of OUTCOMES; None: served before it was recorded
+    outcome_reason: str = ""  # the check that cut or handed off the reply, in words for staff
 
 
 @dataclass(frozen=True)
@@ -156,6 +164,8 @@ class ReplyRecord:
     created_at: datetime
     tokens_per_forward_pass: float | None = None
     stop_reason: str | None = None
+    outcome: str | None = None
+    outcome_reason: str = ""
 
 
 @dataclass(frozen=True)

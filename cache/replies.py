@@ -59,9 +59,11 @@ class Replies:
         """Replies served from or stored as this entry, newest first."""
         return self._newest_first(select(Reply).where(Reply.entry_id == entry_id))
 
-    def recent(self, limit: int, offset: int) -> list[ReplyRecord]:
+    def recent(self, limit: int, offset: int, outcomes: tuple[str, ...] = ()) -> list[ReplyRecord]:
+        """The newest replies; with `outcomes`, only those the customer got one of (cut or handed off, say)."""
         check_page(limit, offset)
-        return self._newest_first(select(Reply), limit, offset)
+        statement = select(Reply).where(Reply.outcome.in_(outcomes)) if outcomes else select(Reply)
+        return self._newest_first(statement, limit, offset)
 
     def _newest_first(self, statement: Select, limit: int | None = None, offset: int = 0) -> list[ReplyRecord]:
         statement = statement.order_by(Reply.created_at.desc(), Reply.id.desc()).offset(offset).limit(limit)
@@ -87,6 +89,8 @@ def new_row(new: NewReply, entry_id: int | None) -> Reply:
         reference_entry_ids=[int(i) for i in new.reference_entry_ids],
         exact_hit=new.exact_hit,
         backed=new.backed,
+        outcome=new.outcome,
+        outcome_reason=new.outcome_reason,
         feedback=None,
         feedback_reason="",
         session_id=new.session_id,

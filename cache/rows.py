@@ -50,6 +50,8 @@ def reply_record(reply: Reply) -> ReplyRecord:
         created_at=reply.created_at,
         tokens_per_forward_pass=reply.tokens_per_forward_pass,
         stop_reason=reply.stop_reason,
+        outcome=reply.outcome,
+        outcome_reason=reply.outcome_reason or "",
     )
 
 

@@ -127,6 +127,10 @@ class Reply(Base):
     # An approved answer backed the reply (True), none did (False: staff may need to write one); None: served
     # before this was recorded.
     backed: Mapped[bool | None] = mapped_column(Boolean)
+    # What the customer was shown (records.OUTCOMES) and the check that decided a cut or a hand-off; None: served
+    # before it was recorded.
+    outcome: Mapped[str | None] = mapped_column(String(16))
+    outcome_reason: Mapped[str | None] = mapped_column(Text)
     feedback: Mapped[int | None] = mapped_column(Integer)
     feedback_reason: Mapped[str] = mapped_column(Text, default="")
     verified: Mapped[bool | None] = mapped_column(Boolean)

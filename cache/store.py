@@ -210,8 +210,9 @@ class AnswerCache:
         """Replies served from or stored as this entry, newest first."""
         return self._replies.for_entry(entry_id)
 
-    def recent_replies(self, limit: int = 50, offset: int = 0) -> list[ReplyRecord]:
-        return self._replies.recent(limit, offset)
+    def recent_replies(self, limit: int = 50, offset: int = 0, outcomes: tuple[str, ...] = ()) -> list[ReplyRecord]:
+        """The newest served replies; with `outcomes` (records.OUTCOMES), only those."""
+        return self._replies.recent(limit, offset, outcomes)
 
     # --- articles (cache/articles.py) ---
 

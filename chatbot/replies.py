@@ -26,6 +26,10 @@ class Reply:
     id: int | None = None  # the stored reply's id, once done
     spans: list[Span] = field(default_factory=list)
     notice: str = ""  # something the user should know, e.g. that old turns were left out
+    # `text` is what the customer is shown: `model_text`, the model's reply or a prefix of it cut at its last
+    # supported sentence, then `staff_text`, staff's own words shown as such (an article's passage, the hand-off).
+    model_text: str = ""
+    staff_text: str = ""
 
 
 @dataclass(frozen=True)

@@ -3,13 +3,14 @@
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import replace
+from contextlib import closing
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
 
 from cache import AnswerCache, Embedder, NewAnswer, NewReply
-from cache.records import HANDED_OFF, Hit
+from cache.records import ANSWERED, CUT, DECLINED, HANDED_OFF, NOT_DECODED, STAFF_TEXT, Hit
 from decoding import (
     AUTO,
     DEFAULT_PREFIX_CACHE_BYTES,
@@ -49,8 +50,13 @@ from .replies import Reply, ReplyReferences, Verification
 from .seed import Seed, seed_help_centre
 from .settings import ChatSettings
 from .stats import ReplyStats
-from .turn import ChatTurn, TurnPlanner
+from .support import Passage, ReplyCheck, Sources
+from .turn import ChatTurn, TurnPlanner, Unanswered
 from .warm import WARM_SHARE, prompt_beginnings
+
+# What a message that tries to change the assistant's instructions gets, not decoded.
+DECLINE_MESSAGE = ("I can't change how I work or share my instructions. I can help with questions about your Nimbus "
+                   "Drive account, files, sharing and billing.")
 
 
 class ChatService:
@@ -181,8 +187,11 @@ class ChatService:
         """Replies growing chunk by chunk; the last one is `done` and stored."""
         start = time.perf_counter()
         turn = self.planner.plan(question, history, session_id)
-        if turn.uncovered and self.settings.uncovered == "hand-off":
-            yield self._hand_off(turn, time.perf_counter() - start)
+        if isinstance(turn, ChatTurn) and turn.uncovered and self.settings.uncovered == "hand-off":
+            reason = "; ".join(turn.rejected) or "no approved answer or help article covers this question"
+            turn = Unanswered(turn.question, turn.session_id, HANDED_OFF, reason)
+        if isinstance(turn, Unanswered):
+            yield self._not_decoded(turn, time.perf_counter() - start)
             return
         exact = self.cache.find_exact(turn.question, turn.context_key, self.model_id, turn.prompt_hash)
         if exact is None:
@@ -200,11 +209,27 @@ class ChatService:
         references = [hit.answer_ids for hit in turn.references]
         result, sharing, timer = DecodeResult(), Sharing(), StepTimer()
         options = LlmaOptions(self.settings.max_new_tokens, self.tokenizer.eos_token_id, repetition=self.rule)
-        for chunk in self._chunks(turn, references, policy, options, result, sharing):
-            timer.lap(chunk.drafted, len(result.tokens))
-            stats = self.meter.stats(turn, result, timer, exact_hit, sharing)
-            yield Reply(text=self._text(result.tokens), stats=stats)
-        yield self._finish(turn, result, timer, exact_hit, sharing)
+        check = self._reply_check(turn)
+        with closing(self._chunks(turn, references, policy, options, result, sharing)) as chunks:
+            for chunk in chunks:
+                timer.lap(chunk.drafted, len(result.tokens))
+                text = self._text(result.tokens)
+                shown = text[: check.feed(text, final=False)]
+                if check.cut:  # the rest would not be shown: stop decoding, free the slot
+                    break
+                stats = self.meter.stats(turn, result, timer, exact_hit, sharing)
+                yield Reply(text=shown.rstrip(), stats=stats, model_text=shown.rstrip())
+        if not check.cut:
+            check.feed(self._text(result.tokens), final=True)
+        yield self._finish(turn, result, timer, exact_hit, sharing, check)
+
+    def _reply_check(self, turn: ChatTurn) -> ReplyCheck:
+        """The sentence check of this turn's reply, against the texts in its prompt (chatbot/support.py)."""
+        mode = self.settings.check_replies
+        sources = Sources(turn.sources, echo=f"{turn.asked}\n{turn.question}")
+        if mode == "off":
+            return ReplyCheck(sources, 0.0, enforce=False)
+        return ReplyCheck(sources, self.settings.sentence_overlap, mode == "cut", self.settings.sentence_pairs)
 
     def _chunks(
         self, turn: ChatTurn, references: Sequence[Sequence[int]], policy: CopyPolicy, options: LlmaOptions,
@@ -225,11 +250,21 @@ class ChatService:
             yield chunk
 
     def _finish(
-        self, turn: ChatTurn, result: DecodeResult, timer: StepTimer, exact_hit: bool, sharing: Sharing
+        self, turn: ChatTurn, result: DecodeResult, timer: StepTimer, exact_hit: bool, sharing: Sharing,
+        check: ReplyCheck,
     ) -> Reply:
-        """Store the complete answer and the served reply; return the final Reply."""
+        """Store the answer and the served reply; return the final Reply: the whole reply, or its prefix up to the
+        last supported sentence followed by staff's text, or staff's text alone, or the hand-off."""
         text = self._text(result.tokens)
-        stats = self.meter.stats(turn, result, timer, exact_hit, sharing)
+        model_text, staff_text, outcome = text, "", ANSWERED
+        if check.cut:
+            model_text = text[: check.shown_end].rstrip()
+            staff_text = self._offer(turn.passage, cut=bool(model_text))
+            outcome = CUT if model_text else STAFF_TEXT if turn.passage else HANDED_OFF
+        reason = f"sentence {len(check.checked)}: {check.failed.reason}" if check.failed else ""
+        stats = replace(self.meter.stats(turn, result, timer, exact_hit, sharing), outcome=outcome,
+                        outcome_reason=reason if check.cut else "",
+                        sentences=tuple(asdict(sentence) for sentence in check.checked))
         entry_id = self.cache.add_answer(
             NewAnswer(
                 question=turn.question, answer=text, answer_ids=list(result.tokens), model_id=self.model_id,
@@ -241,20 +276,35 @@ class ChatService:
         self.cache.mark_used(used_entries(turn, result))
         if not exact_hit:
             self._suggest_wordings(turn)
-        reply_id = self._record(turn, entry_id, text, stats, result.tokens, exact_hit)
-        spans = copied_spans(turn, result, self._text)
-        return Reply(text=text, stats=stats, done=True, id=reply_id, spans=spans,
-                     notice=turn.notice(stats.followed_share))
+        shown = "\n\n".join(part for part in (model_text, staff_text) if part)
+        reply_id = self._record(turn, entry_id, shown, stats, result.tokens, exact_hit)
+        spans = [span for span in copied_spans(turn, result, self._text) if span.start < len(model_text)]
+        notice = turn.notice(stats.followed_share) if outcome in (ANSWERED, CUT) else ""
+        return Reply(text=shown, stats=stats, done=True, id=reply_id, spans=spans, notice=notice,
+                     model_text=model_text, staff_text=staff_text)
 
-    def _hand_off(self, turn: ChatTurn, seconds: float) -> Reply:
-        """The hand-off message instead of a decoded reply, stored as a served reply that nothing backed, so that
-        staff see the question among those to write answers for (the Dashboard)."""
-        text, stats = self.settings.handoff_message, ReplyStats.for_hand_off(seconds)
+    def _not_decoded(self, turn: Unanswered, seconds: float) -> Reply:
+        """The decline, staff's text or the hand-off message instead of a decoded reply, stored as a served reply
+        that nothing backed, so that staff see the question among those to write answers for (the Dashboard)."""
+        if turn.outcome == STAFF_TEXT:
+            text = self._offer(turn.passage, cut=False)
+        else:
+            text = DECLINE_MESSAGE if turn.outcome == DECLINED else self.settings.handoff_message
+        stats = ReplyStats.for_hand_off(seconds, turn.outcome, turn.reason)
         reply_id = self.cache.record_reply(
             NewReply(question=turn.question, answer=text, stats=stats.to_json(), seconds=seconds,
-                     stop_reason=HANDED_OFF, session_id=turn.session_id, backed=False)
+                     stop_reason=turn.outcome, session_id=turn.session_id, backed=False, outcome=turn.outcome,
+                     outcome_reason=turn.reason)
         )
-        return Reply(text=text, stats=stats, done=True, id=reply_id)
+        return Reply(text=text, stats=stats, done=True, id=reply_id, staff_text=text)
+
+    def _offer(self, passage: Passage | None, cut: bool) -> str:
+        """Staff's text shown as such: the matching passage of the help article, or the hand-off message."""
+        if passage is None:
+            return self.settings.handoff_message
+        lead = "I can't confirm more than that. " if cut else ""
+        quoted = "\n".join(f"> {line}" for line in passage.text.splitlines())
+        return f"{lead}From our help article \u201c{passage.title}\u201d:\n\n{quoted}"
 
     def _suggest_wordings(self, turn: ChatTurn) -> None:
         """The question becomes a suggested wording of each approved answer the check accepted for it. It
@@ -280,7 +330,8 @@ class ChatService:
                 # The prompt and reply token ids are kept so that `verify` can rerun exactly this decode.
                 prompt_ids=turn.prompt.ids, token_ids=list(tokens),
                 reference_entry_ids=[h.id for h in turn.references], exact_hit=exact_hit,
-                session_id=turn.session_id, backed=bool(turn.matched),
+                session_id=turn.session_id, backed=bool(turn.matched), outcome=stats.outcome,
+                outcome_reason=stats.outcome_reason,
             )
         )
 
@@ -301,8 +352,8 @@ class ChatService:
         if reply is None:
             raise KeyError(f"no reply {reply_id}")
         prompt_ids, tokens = reply.prompt_ids, reply.token_ids
-        if reply.stop_reason == HANDED_OFF:
-            raise ValueError(f"reply {reply_id} was handed off, not decoded: there is no decoding to verify")
+        if reply.stop_reason in NOT_DECODED:
+            raise ValueError(f"reply {reply_id} was not decoded ({reply.stop_reason}): there is no decoding to verify")
         if not prompt_ids or tokens is None:
             raise ValueError(f"reply {reply_id} was stored without its prompt; it cannot be verified")
         stats = ReplyStats.from_json(reply.stats) if reply.stats else None

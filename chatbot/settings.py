@@ -18,6 +18,7 @@ DEFAULT_HANDOFF_MESSAGE = (
     "so I won't guess. Please ask your question in other words, or contact our support team."
 )
 
+REPLY_CHECKS = ("cut", "record", "off")
 # Which review states each grounding setting lets into a prompt.
 GROUNDING_REVIEWS = {"approved": ("approved",), "all": ("approved", "candidate"), "off": ()}
 
@@ -105,6 +106,24 @@ class ChatSettings:
     # rewordings (both halves, all-mpnet-base-v2, either dtype: "Handed off" in docs/retrieval/report.md).
     uncovered: str = "answer"
     handoff_message: str = DEFAULT_HANDOFF_MESSAGE
+    # Does this source answer this question? An article or approved answer goes into the prompt only when its
+    # words cover `source_coverage` of the question's distinctive ones (weighted by rarity in the help centre), it
+    # names the products the question names and it does the action asked, not its opposite (chatbot/relevance.py).
+    # On too: messages that try to change the instructions are declined, and questions that need a sum get the
+    # article's figures (staff's text) instead of the model's arithmetic. Off here (tests and benchmarks measure
+    # decoding); the app's default is on, as for `uncovered`.
+    check_sources: bool = False
+    source_coverage: float = 0.4
+    # ... or this share when retrieval found the source at least `source_close_score` close (a paraphrase).
+    source_coverage_close: float = 0.25
+    source_close_score: float = 0.55
+    # Is this reply supported? Each sentence is checked before it is shown: every number, price, link, menu path
+    # and named control in a source, and `sentence_overlap` of its words the sources' words; the first that fails
+    # ends the reply there (chatbot/support.py). "record" checks and records but cuts nothing (the evaluation's
+    # curve); "off" (here; the app's default is "cut") checks nothing.
+    check_replies: str = "off"
+    sentence_overlap: float = 0.6
+    sentence_pairs: float = 0.3  # ... and this share of its consecutive content-word pairs
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_new_tokens < self.context_window:
@@ -131,6 +150,11 @@ class ChatSettings:
             raise ValueError(f"uncovered must be one of {', '.join(UNCOVERED_CHOICES)}, not {self.uncovered!r}")
         if self.uncovered == "hand-off" and not self.handoff_message.strip():
             raise ValueError("handoff_message must not be empty when uncovered questions are handed off")
+        if self.check_replies not in REPLY_CHECKS:
+            raise ValueError(f"check_replies must be one of {', '.join(REPLY_CHECKS)}, not {self.check_replies!r}")
+        shares = (self.source_coverage, self.source_coverage_close, self.sentence_overlap, self.sentence_pairs)
+        if not all(0.0 <= share <= 1.0 for share in shares):
+            raise ValueError("source_coverage, source_coverage_close and sentence_overlap are shares in [0, 1]")
         if self.grounding_answers < 0 or self.grounding_token_budget < 0:
             raise ValueError("grounding_answers and grounding_token_budget must not be negative")
 

@@ -2,7 +2,7 @@
 
 from dataclasses import asdict, dataclass, field
 
-from cache.records import HANDED_OFF
+from cache.records import ANSWERED, HANDED_OFF, NOT_DECODED
 from decoding import ONE_TOKEN_STEPS, REPETITION_OFF, RepetitionRule, StepConfig
 
 
@@ -61,6 +61,11 @@ class ReplyStats:
     prefill_break: int = 0  # where those chunks broke off its prompt's beginning (StepConfig.prefill_break); 0: none
     prompt_tokens: int = 0
     prompt_reused: int = 0  # prompt tokens whose keys and values an earlier reply's prefill gave (the prefix cache)
+    # What the customer was shown (cache.records.OUTCOMES): the whole reply, the reply cut at its last supported
+    # sentence, staff's text, the hand-off message or the decline; and why, when a check decided it.
+    outcome: str = ANSWERED
+    outcome_reason: str = ""
+    sentences: tuple = ()  # every checked sentence: {"end", "overlap", "reason"} (chatbot/support.py)
 
     def steps(self) -> StepConfig:
         """The decode step shape this reply ran with, so that a rerun of greedy decoding is bit-comparable."""
@@ -83,8 +88,8 @@ class ReplyStats:
 
     @property
     def handed_off(self) -> bool:
-        """Not decoded: the customer got the hand-off message (ChatSettings.uncovered)."""
-        return self.stop_reason == HANDED_OFF
+        """Not decoded: the customer got the hand-off message, the decline or staff's text."""
+        return self.stop_reason in NOT_DECODED
 
     @property
     def hit_limit(self) -> bool:
@@ -92,12 +97,13 @@ class ReplyStats:
         return self.stop_reason == "limit"
 
     @classmethod
-    def for_hand_off(cls, seconds: float) -> "ReplyStats":
-        """A reply not decoded, which took `seconds` to decide that (the question's lookup)."""
+    def for_hand_off(cls, seconds: float, outcome: str = HANDED_OFF, reason: str = "") -> "ReplyStats":
+        """A reply not decoded (handed off, declined, or staff's text), which took `seconds` to decide that."""
+        why = reason or "no approved answer or help article covers this question"
         return cls(tokens=0, forward_passes=0, copied_tokens=0, seconds=seconds, tokens_per_second=0.0,
                    greedy_seconds_estimate=0.0, speedup=1.0, exact_hit=False, copied_share=0.0,
-                   speedup_method="not decoded: no approved answer or help article covers this question",
-                   tokens_per_forward_pass=None, finished=True, stop_reason=HANDED_OFF)
+                   speedup_method=f"not decoded: {why}", tokens_per_forward_pass=None, finished=True,
+                   stop_reason=outcome, outcome=outcome, outcome_reason=reason)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -108,4 +114,5 @@ class ReplyStats:
         fields["references"] = tuple(ReferenceUse(**ref) for ref in data.get("references", ()))
         fields["grounding"] = tuple(ReferenceUse(**ref) for ref in data.get("grounding", ()))
         fields["article"] = ArticleUse(**data["article"]) if data.get("article") else None
+        fields["sentences"] = tuple(data.get("sentences", ()))
         return cls(**{name: fields[name] for name in cls.__dataclass_fields__ if name in fields})

@@ -1,14 +1,14 @@
 """A chat turn made ready to decode: the checked question, the prompt, the article, the grounding answers and
 the references LLMA may copy from."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 from cache import AnswerCache
-from cache.records import Hit
+from cache.records import DECLINED, HANDED_OFF, STAFF_TEXT, Hit
 from decoding import Engine, StepConfig
 
-from .grounding import GroundingPolicy, article_of_match, choose_grounding
+from .grounding import GroundingChoice, GroundingPolicy, article_of_match, choose_grounding
 from .prompt import (
     ApprovedAnswer,
     InputError,
@@ -22,7 +22,10 @@ from .prompt import (
     parse_history,
     prompt_hash,
 )
+from .questions import HelpCentreWords, declined, needs_sum
+from .relevance import Coverage, check_source
 from .settings import GROUNDING_REVIEWS, ChatSettings
+from .support import Passage, best_passage
 
 # Shown under a reply that no staff-approved answer backs. The 135M model answers a question nothing covers as
 # readily as one it knows ("Is my data encrypted?": "No, your data is not encrypted"), and told in the prompt to
@@ -47,6 +50,44 @@ class ArticlePick:
     text: str  # "Title\n\nbody"
     score: float  # the question's cosine to the article, or to the approved answer it was taken from
 
+    @property
+    def title(self) -> str:
+        return self.text.split("\n\n", 1)[0]
+
+    @property
+    def body(self) -> str:
+        return self.text.split("\n\n", 1)[-1]
+
+
+@dataclass(frozen=True)
+class Grounds:
+    """What a question is answered from once the checks ran: the article, the approved answers, the text that was
+    retrieved and checked (a follow-up joined to the question before it), and the checks that failed."""
+
+    article: ArticlePick | None
+    choice: GroundingChoice
+    asked: str
+    rejected: tuple[str, ...] = ()
+
+    @property
+    def covered(self) -> bool:
+        return self.article is not None or bool(self.choice.matched)
+
+    def reason(self) -> str:
+        """Why nothing grounds the question, for staff."""
+        return "; ".join(self.rejected) or "no approved answer or help article covers this question"
+
+
+@dataclass(frozen=True)
+class Unanswered:
+    """A turn that is not decoded: a declined message, a hand-off, or staff's own text (an article's passage)."""
+
+    question: str
+    session_id: str
+    outcome: str  # cache.records: DECLINED, HANDED_OFF or STAFF_TEXT
+    reason: str  # the check that decided it, for staff
+    passage: Passage | None = None
+
 
 @dataclass(frozen=True)
 class ChatTurn:
@@ -65,6 +106,13 @@ class ChatTurn:
     # Approved answers the consistency check accepted (in the prompt or, when the article holds them, not):
     # the question becomes a suggested wording of each, for staff to confirm (chatbot/grounding.py).
     matched: tuple[Hit, ...] = ()
+    # The texts a reply may state facts from (the article and approved answers in its prompt, the assistant's
+    # earlier replies), the question as retrieved (words a reply may restate), the article passage offered when
+    # a reply is cut, and the source checks that failed.
+    sources: tuple[str, ...] = ()
+    asked: str = ""
+    passage: Passage | None = None
+    rejected: tuple[str, ...] = ()
 
     @property
     def article_id(self) -> str | None:
@@ -109,17 +157,21 @@ class TurnPlanner:
     def __init__(self, cache: AnswerCache, engine: Engine, settings: ChatSettings, context_window: int) -> None:
         self.cache, self.engine, self.settings = cache, engine, settings
         self.context_window = context_window
+        self.words = HelpCentreWords(cache)
 
-    def plan(self, question: object, history: list[dict] | None, session_id: str) -> ChatTurn:
+    def plan(self, question: object, history: list[dict] | None, session_id: str) -> "ChatTurn | Unanswered":
         question = check_question(question, self.settings.max_question_chars)
         messages = without_hand_offs(parse_history(history, self.settings.max_question_chars * 4),
                                      self.settings.handoff_message)
-        found = self.find_article(question)  # by the article's own vector: the consistency check's evidence
-        matches = self.approved_matches(question)
-        article = self.pick_article(matches, found)
-        choice = choose_grounding(matches, found.id if found else None, article.text if article else None,
-                                  grounding_policy(self.settings))
-        grounding = choice.grounding
+        if self.settings.check_sources and declined(question):
+            return Unanswered(question, session_id, DECLINED, "tries to change the assistant's instructions")
+        grounds = self.find_grounds(question, messages)
+        passage = self.passage(grounds, figures=needs_sum(question))
+        if self.settings.check_sources and needs_sum(question):
+            if passage is None:
+                return Unanswered(question, session_id, HANDED_OFF, "needs a sum and no article gives its figures")
+            return Unanswered(question, session_id, STAFF_TEXT, "needs a sum: the article's figures", passage)
+        article, grounding = grounds.article, grounds.choice.grounding
         prompt = build_prompt(
             self.engine.tokenizer, self.settings.system_prompt, article.text if article else None, messages,
             question, self.context_window - self.settings.max_new_tokens,
@@ -127,13 +179,66 @@ class TurnPlanner:
             layout=self.settings.prompt_layout,
         )
         kept = messages[prompt.dropped_turns :]
+        sources = [*([article.text] if article else []), *(f"{hit.question}\n{hit.answer}" for hit in grounding),
+                   *(m.content for m in kept if m.role == "assistant")]
         return ChatTurn(
             question=question, history=kept, prompt=prompt, article=article, grounding=grounding,
-            references=self.references(question, choice.matched), context_key=context_key(kept),
+            references=self.references(question, grounds.choice.matched), context_key=context_key(kept),
             prompt_hash=self.exact_key(prompt, article, grounding), session_id=session_id,
             steps=self.engine.steps(len(prompt.ids), self.settings.max_new_tokens, prompt.beginning),
-            matched=tuple(choice.matched),
+            matched=tuple(grounds.choice.matched), sources=tuple(sources), asked=grounds.asked, passage=passage,
+            rejected=grounds.rejected,
         )
+
+    def find_grounds(self, question: str, messages: list[Message]) -> Grounds:
+        """The grounds of the question alone, or, for a follow-up that nothing covers alone ("and on Personal?"),
+        of the previous question joined with it: retrieved and checked as the conversation's question."""
+        grounds = self.grounds_for(question)
+        previous = [m.content for m in messages if m.role == "user"]
+        if grounds.covered or not previous:
+            return grounds
+        joined = self.grounds_for(f"{previous[-1]}\n{question}")
+        return joined if joined.covered else replace(grounds, rejected=grounds.rejected + joined.rejected)
+
+    def grounds_for(self, asked: str) -> Grounds:
+        """Retrieve the article and approved answers for `asked`; with the source checks on, keep only those that
+        answer it (chatbot/relevance.py), the runner-up article tried when the first fails."""
+        found = self.find_article(asked)  # by the article's own vector: the consistency check's evidence
+        matches = self.approved_matches(asked)
+        article = self.pick_article(matches, found)
+        choice = choose_grounding(matches, found.id if found else None, article.text if article else None,
+                                  grounding_policy(self.settings))
+        if not self.settings.check_sources:
+            return Grounds(article, choice, asked)
+        vocabulary, least = self.words.vocabulary(), source_coverage(self.settings)
+        rejected: list[str] = []
+        answering = None
+        for candidate in dict.fromkeys(a for a in (article, found) if a is not None):
+            score = max([candidate.score, *(m.score for m in matches if candidate.id in m.article_ids)])
+            verdict = check_source(asked, candidate.text, vocabulary, least, score)
+            if verdict.answers:
+                answering = candidate
+                break
+            rejected.append(f"article {candidate.id!r} {verdict.reason}")
+        kept = []
+        for hit in choice.matched:
+            verdict = check_source(asked, hit.answer, vocabulary, least, hit.score, source_question=hit.question)
+            if verdict.answers:
+                kept.append(hit.id)
+            else:
+                rejected.append(f"approved answer {hit.id} {verdict.reason}")
+        choice = replace(choice, grounding=[h for h in choice.grounding if h.id in kept],
+                         references=[h for h in choice.references if h.id in kept])
+        return Grounds(answering, choice, asked, tuple(rejected))
+
+    def passage(self, grounds: Grounds, figures: bool) -> Passage | None:
+        """The article's lines that best match the question, offered as staff's text (with `figures`, the lines
+        with prices first: a sum needs them)."""
+        article = grounds.article
+        if article is None:
+            return None
+        text = best_passage(grounds.asked, article.title, article.body, self.words.vocabulary(), figures=figures)
+        return Passage(f"article:{article.id}", article.title, text) if text else None
 
     def references(self, question: str, grounding: list[Hit]) -> list[Hit]:
         """The accepted approved answers first, then the most similar past answers not among them."""
@@ -219,6 +324,10 @@ def check_question(question: object, max_chars: int) -> str:
             f"Your message has {len(question):,} characters; the limit is {max_chars:,}. Please shorten it."
         )
     return question
+
+
+def source_coverage(settings: ChatSettings) -> Coverage:
+    return Coverage(settings.source_coverage, settings.source_coverage_close, settings.source_close_score)
 
 
 def grounding_policy(settings: ChatSettings) -> GroundingPolicy:

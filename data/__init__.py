@@ -104,3 +104,40 @@ def load_staff_answers(path: str | Path = DATA_DIR / "approved_answers.jsonl") -
         except (ValueError, KeyError, TypeError) as err:
             raise ValueError(f"{path}:{number}: {err}") from err
     return answers
+
+
+# The kinds of the team's answer evaluation (bench/answers.py); the last two are answered by a hand-off or a decline.
+EVAL_KINDS = ("covered", "article_only", "opposite", "sum", "followup", "uncovered", "injection")
+
+
+@dataclass(frozen=True)
+class EvalQuestion:
+    """A customer's conversation, graded on its last message: the facts a correct reply holds (each one of
+    several spellings) and those that make it wrong. No `must` means nothing answers it: it is to be handed off."""
+
+    id: str
+    kind: str
+    split: str  # "tune" (thresholds were chosen on it) or "holdout" (never looked at while tuning)
+    turns: tuple[str, ...]
+    must: tuple[tuple[str, ...], ...]
+    wrong: tuple[str, ...]
+    article: str | None
+
+    @property
+    def answerable(self) -> bool:
+        return bool(self.must)
+
+
+def load_eval_questions(path: str | Path = DATA_DIR / "eval_answers.jsonl") -> list[EvalQuestion]:
+    """The team's labelled questions, in file order."""
+    questions = []
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        row = json.loads(line)
+        if row["kind"] not in EVAL_KINDS or row["split"] not in ("tune", "holdout") or not row["turns"]:
+            raise ValueError(f"{row.get('id')}: bad kind, split or turns")
+        must = tuple((fact,) if isinstance(fact, str) else tuple(fact) for fact in row["must"])
+        questions.append(EvalQuestion(row["id"], row["kind"], row["split"], tuple(row["turns"]), must,
+                                      tuple(row["wrong"]), row.get("article")))
+    return questions

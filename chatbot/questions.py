@@ -1,0 +1,56 @@
+"""What a question is before anything answers it: one to decline, one that needs a sum, and the help centre's
+words it is measured against."""
+
+import re
+
+from cache import AnswerCache
+
+from .terms import Vocabulary
+
+# Messages that try to change the assistant's instructions: declined, never decoded. The 135M model follows
+# "ignore your instructions" as readily as a question.
+_INJECTION = re.compile(
+    r"\b(?:ignore|disregard|forget|override)\b.{0,40}\b(?:instructions?|rules|prompt|guidelines|above|previous)\b"
+    r"|\bsystem prompt\b|\bdeveloper mode\b|\bjailbreak\b|\bDAN\b|\bpretend (?:you(?:'re| are)|to be)\b"
+    r"|\byou are now\b|\bact as (?:an? )?(?:admin|administrator|developer|root|system)\b"
+    r"|\b(?:reveal|print|show|repeat)\b.{0,30}\b(?:instructions|prompt|configuration|secrets?|api keys?)\b",
+    re.I | re.S,
+)
+# A sum: a price asked for a count of seats or months, or two billing periods compared.
+_PRICE = re.compile(r"\b(?:cost|costs|price|pay|paying|paid|charged?|how much|total|spend|bill(?:ed)?|save|saving|"
+                    r"savings|cheaper|expensive|come to|altogether|all together|in total)\b", re.I)
+_COUNT = re.compile(r"\b(?:\d+|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|fifteen|twenty|dozen)\s+"
+                    r"(?:people|persons|users|seats|members|employees|staff|colleagues|licen[cs]es|months|years|"
+                    r"of us|accounts)\b", re.I)
+_COMPARE = re.compile(r"\b(?:difference|compared?|versus|vs\.?|instead of|save|saving|savings|cheaper)\b", re.I)
+
+
+def declined(question: str) -> bool:
+    """True for a message that tries to change the assistant's instructions."""
+    return bool(_INJECTION.search(question))
+
+
+def needs_sum(question: str) -> bool:
+    """True when answering means arithmetic on the article's figures (seats times price, a year against months),
+    which the 135M model gets wrong: the reply gives the figures instead."""
+    if not _PRICE.search(question):
+        return False
+    return bool(_COUNT.search(question) or _COMPARE.search(question))
+
+
+class HelpCentreWords:
+    """The help centre's vocabulary (articles and approved answers), rebuilt when staff change either."""
+
+    def __init__(self, cache: AnswerCache) -> None:
+        self.cache = cache
+        self._key: tuple = ()
+        self._vocabulary = Vocabulary(0, {})
+
+    def vocabulary(self) -> Vocabulary:
+        articles = self.cache.list_articles()
+        approved = self.cache.list_entries(review="approved", limit=100_000).entries
+        key = (tuple((a.id, a.updated_at) for a in articles), tuple((e.id, e.updated_at) for e in approved))
+        if key != self._key:
+            texts = [f"{a.title}\n{a.body}" for a in articles] + [f"{e.question}\n{e.answer}" for e in approved]
+            self._vocabulary, self._key = Vocabulary.of(texts), key
+        return self._vocabulary

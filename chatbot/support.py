@@ -1,0 +1,204 @@
+"""Is this reply supported? Each sentence of a reply, checked against the sources in its prompt (the approved
+answer, the help article, the conversation) before the customer sees it.
+
+A sentence is supported when every fact it states appears in a source (numbers, prices, durations, URLs, e-mail
+addresses, menu paths such as "Settings > Billing", and the control it tells the customer to click) and most of
+its words are the sources' words. The first sentence that is not ends what the customer is shown: the reply
+is cut there, never edited, so what is shown stays a prefix of the rule's own greedy reply.
+"""
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .terms import Vocabulary, content_words, stem, stem_pairs, stems
+
+# A sentence ends at a newline, or at . ! ? followed by a space (not a numbered list's "1." nor "e.g.").
+_END = re.compile(r"\n+|(?<!\b[0-9])(?<!\be\.g)(?<!\bi\.e)[.!?]+(?=\s)")
+_LIST_MARK = re.compile(r"^\s*(?:\d{1,2}[.)]|[-*•])\s+")
+_NUMBER = re.compile(r"\$?\d[\d,]*(?:\.\d+)?%?")
+_URL = re.compile(r"\b(?:https?://)?[a-z0-9-]+(?:\.[a-z0-9-]+)*\.(?:com|org|net|io)(?:/[^\s]*)?", re.I)
+_EMAIL = re.compile(r"\b[\w.+-]+@[\w-]+(?:\.[\w-]+)+\b")
+_MENU = re.compile(r"\b[A-Z][\w ]*?(?: > [A-Z][\w ]*?)+(?=[.,;:)\s]|$)")
+# The control a step tells the customer to use: "Click Set expiry date" names a button the source must name.
+_CONTROL = re.compile(r"\b(?:click|tap|select|choose|press|turn on|turn off|open)(?:ing)?\s+(?:the\s+)?[\"“']?"
+                      r"((?:[A-Z][\w'?]*)(?:\s+[\w'?]+){0,3})")
+_QUOTED = re.compile(r"[\"“]([^\"”\n]{2,60})[\"”]")
+# A figure with its unit ("10 GB", "1 month", "$8 per month"): the pair must be in a source, not just the number.
+_FIGURE = re.compile(r"(\$?\d[\d,]*(?:\.\d+)?)\s?(%|gb|tb|mb|kb|days?|hours?|minutes?|months?|years?|weeks?|users?|"
+                     r"seats?|devices?|characters?|members?|business days?)\b", re.I)
+# A sentence that answers yes or no states what no overlap of words can check: it must be a source's own sentence.
+_YES_NO = re.compile(r"^(?:yes|no|yeah|nope|unfortunately|sure)\b", re.I)
+
+
+@dataclass(frozen=True)
+class Sentence:
+    start: int  # characters of the reply text
+    end: int
+
+    def text(self, reply: str) -> str:
+        return reply[self.start : self.end]
+
+
+@dataclass(frozen=True)
+class SentenceCheck:
+    supported: bool
+    overlap: float  # the share of its content words found in the sources
+    reason: str  # why not, for staff; "" when supported
+    pairs: float = 1.0  # the share of its consecutive content-word pairs found in the sources
+
+
+def sentences(text: str, final: bool) -> list[Sentence]:
+    """The complete sentences of `text`; the unfinished last one too when the reply has ended (`final`)."""
+    found, start = [], 0
+    for end in _END.finditer(text):
+        if text[start : end.end()].strip():
+            found.append(Sentence(start, end.end()))
+        start = end.end()
+    if final and text[start:].strip():
+        found.append(Sentence(start, len(text)))
+    return found
+
+
+class Sources:
+    """The texts a reply may draw on, indexed once per turn for the checks of its sentences."""
+
+    def __init__(self, texts: Sequence[str], echo: str = "") -> None:
+        """`texts` hold the facts; `echo` (the customer's question) only words: a reply may restate the question,
+        not take a number or a menu path from it."""
+        joined = "\n".join(texts)
+        self.lower = " ".join(joined.lower().split())
+        self.stems = stems(joined) | stems(echo)
+        self.pairs = stem_pairs(joined) | stem_pairs(echo)
+        plain = "\n".join(_LIST_MARK.sub("", line) for line in joined.splitlines())  # "1." is not a fact
+        self.numbers = {_plain_number(n) for n in _NUMBER.findall(plain)}
+
+    def holds(self, phrase: str) -> bool:
+        return " ".join(phrase.lower().split()) in self.lower
+
+
+def check_sentence(sentence: str, sources: Sources, min_overlap: float, min_pairs: float = 0.0) -> SentenceCheck:
+    """Whether every fact of `sentence` is in `sources`, at least `min_overlap` of its words are, and at least
+    `min_pairs` of its consecutive word pairs."""
+    body = _LIST_MARK.sub("", sentence).strip()
+    missing = unsupported_fact(body, sources)
+    if not missing and _YES_NO.match(body) and not sources.holds(body.rstrip(".!")):
+        missing = body.split()[0].strip(",.!")
+    words = [w for w in content_words(body) if not w.isdigit()]
+    found = sum(1 for w in words if stem(w) in sources.stems)
+    overlap = found / len(words) if words else 1.0
+    pairs = stem_pairs(body)
+    paired = sum(1 for pair in pairs if pair in sources.pairs) / len(pairs) if pairs else 1.0
+    if missing:
+        return SentenceCheck(False, overlap, f"{missing!r} is in no source", paired)
+    if overlap < min_overlap:
+        return SentenceCheck(False, overlap, f"{overlap:.0%} of its words are in the sources", paired)
+    if paired < min_pairs:
+        return SentenceCheck(False, overlap, f"{paired:.0%} of its word pairs are in the sources", paired)
+    return SentenceCheck(True, overlap, "", paired)
+
+
+def unsupported_fact(sentence: str, sources: Sources) -> str:
+    """The first number, URL, e-mail address, menu path or named control of `sentence` that no source holds."""
+    for number in _NUMBER.findall(sentence):
+        if _plain_number(number) not in sources.numbers:
+            return number
+    for pattern in (_EMAIL, _URL, _MENU):
+        for fact in pattern.findall(sentence):
+            if not sources.holds(fact.rstrip(".")):
+                return fact
+    for control in _CONTROL.findall(sentence):
+        first = " ".join(control.split()[:2]).rstrip(".,\"”")
+        if not sources.holds(first):
+            return first
+    for quoted in _QUOTED.findall(sentence):
+        if not sources.holds(quoted.strip(" .,")):
+            return quoted
+    for number, unit in _FIGURE.findall(sentence):
+        if not (sources.holds(f"{number} {unit}") or sources.holds(f"{number}{unit}")):
+            return f"{number} {unit}"
+    return ""
+
+
+def _plain_number(number: str) -> str:
+    return number.replace(",", "").rstrip(".")
+
+
+@dataclass(frozen=True)
+class Passage:
+    """Staff's own text shown as such: a passage of a help article, or an approved answer whole."""
+
+    source: str  # "article:<id>" or "answer:<entry id>"
+    title: str
+    text: str
+
+
+def best_passage(question: str, title: str, body: str, vocabulary: Vocabulary, figures: bool = False,
+                 count: int = 2) -> str:
+    """Up to `count` sentences of an article's body that share the most weighted terms with the question: the
+    best and the one after it, or, with `figures`, the best sentences that state a price (a sum needs them; the
+    question's plan names count as much as its rarest words there)."""
+    units = [text for text in (body[s.start : s.end].strip() for s in sentences(body, final=True)) if text]
+    asked = vocabulary.terms(question)
+    if figures:
+        priced = [unit for unit in units if "$" in unit]
+        ranked = sorted(priced, key=lambda unit: -_score(unit, asked, vocabulary, flat=True))
+        chosen = [unit for unit in ranked[:count] if _score(unit, asked, vocabulary, flat=True) > 0]
+        return "\n".join(unit for unit in priced if unit in chosen)
+    scores = [_score(unit, asked, vocabulary) for unit in units]
+    if not units or max(scores) <= 0:
+        return ""
+    best = max(range(len(units)), key=lambda i: scores[i])
+    chosen = [best] + ([best + 1] if count > 1 and best + 1 < len(units) and scores[best + 1] > 0 else [])
+    return "\n".join(units[i] for i in chosen)
+
+
+def _score(unit: str, asked: list[str], vocabulary: Vocabulary, flat: bool = False) -> float:
+    """The weight of the asked terms `unit` uses; `flat`: each counts 1 (and its rarity breaks ties)."""
+    have = stems(unit)
+    return sum((1.0 + vocabulary.weight(term) / 100) if flat else vocabulary.weight(term)
+               for term in asked if term in have)
+
+
+@dataclass(frozen=True)
+class CheckedSentence:
+    """One sentence of a reply as the check saw it, kept with the reply for staff and for the evaluation."""
+
+    end: int  # where it ends in the reply text
+    overlap: float
+    reason: str  # why it is not supported; "" when it is
+    pairs: float = 1.0
+
+
+class ReplyCheck:
+    """Checks a growing reply sentence by sentence and says how much of it may be shown.
+
+    Text is held back until its sentence is complete and checked, so nothing shown is ever withdrawn. The first
+    unsupported sentence ends what is shown (`failed`); with `enforce` off every sentence is still checked and
+    recorded (the evaluation's curve), and nothing is cut."""
+
+    def __init__(self, sources: Sources, min_overlap: float, enforce: bool = True, min_pairs: float = 0.0) -> None:
+        self.sources, self.min_overlap, self.min_pairs, self.enforce = sources, min_overlap, min_pairs, enforce
+        self.checked: list[CheckedSentence] = []
+        self.failed: CheckedSentence | None = None
+        self.shown_end = 0
+
+    def feed(self, text: str, final: bool) -> int:
+        """How many characters of `text` (the reply so far) may be shown."""
+        done = self.checked[-1].end if self.checked else 0
+        for sentence in sentences(text, final):
+            if sentence.end <= done:
+                continue
+            verdict = check_sentence(sentence.text(text), self.sources, self.min_overlap, self.min_pairs)
+            self.checked.append(CheckedSentence(sentence.end, round(verdict.overlap, 3), verdict.reason,
+                                                round(verdict.pairs, 3)))
+            if self.failed is None and not verdict.supported:
+                self.failed = self.checked[-1]
+            if self.failed is None or not self.enforce:
+                self.shown_end = sentence.end
+        return self.shown_end
+
+    @property
+    def cut(self) -> bool:
+        """True once a sentence failed and the check enforces: decoding can stop, nothing more is shown."""
+        return self.enforce and self.failed is not None

@@ -1,0 +1,121 @@
+"""The words of the help centre: which of a question's words are distinctive, found by their rarity there.
+
+Pure text, no model: a customer's word is lowered, stemmed crudely (suffixes off, then its first five letters, so
+"sharing", "shared" and "share" meet) and, when the help centre never uses it, mapped to the nearest word it
+does use when that is a likely typo ("pasword"). Both checks (chatbot/relevance.py, chatbot/support.py) read it.
+"""
+
+import difflib
+import math
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+STEM_LETTERS = 5
+# Function words and chat filler: they say nothing about which answer a question needs.
+STOPWORDS = frozenset("""
+a about above after again all also am an and any anymore anything are as at be been before being below between
+both but by can could did do does doing don't done down during each either else even ever every few for from
+further get gets getting go going got had has have having he her here hers him his how i i'd i'm i've if in into
+is isn't it it's its itself just let let's like me mine more most much must my myself need needs no nor not now
+of off on once one only or other our ours out over own please pls plz same she should so some still such sure
+than thank thanks that that's the their theirs them then there these they this those through thx to too try
+trying u under until up us very want wanted wants was way we were what what's when where which while who whom
+why will with won't would yes yet you your yours yourself hi hello hey help okay ok guys anyone someone really
+actually maybe cant can't dont doesnt doesn't didn't im ive thats whats wanna gonna something thing things tell
+know idea possible also again
+""".split()) - {"on", "off", "out", "up", "down", "no", "not"}  # kept apart: they carry an action's direction
+
+
+# Customers' words for what the help centre calls otherwise, replaced before anything is compared (both sides).
+SYNONYMS = {
+    "log in": "sign in", "login": "sign in", "logon": "sign in", "log on": "sign in", "logged in": "signed in",
+    "log out": "sign out", "logout": "sign out", "logged out": "signed out", "signin": "sign in",
+    "pw": "password", "pwd": "password", "passwd": "password", "passcode": "password",
+    "2fa": "two-factor", "mfa": "two-factor", "2 factor": "two-factor", "two factor": "two-factor",
+    "money back": "refund", "reimburse": "refund", "pics": "photos", "pictures": "photos",
+    "computer": "desktop", "laptop": "desktop", "pc": "desktop", "mac": "desktop",
+    "cell": "phone", "mobile phone": "phone", "sso": "single sign-on", "single sign on": "single sign-on",
+    "bin": "trash", "recycle bin": "trash", "deleted": "delete", "erase": "delete",
+    "coworker": "colleague", "co-worker": "colleague", "teammate": "team member",
+    "subscription": "plan", "membership": "plan", "yearly": "annual", "annually": "annual",
+}
+_SYNONYM = re.compile(r"\b(" + "|".join(sorted(map(re.escape, SYNONYMS), key=len, reverse=True)) + r")\b")
+
+
+def stem(word: str) -> str:
+    """A crude stem: common suffixes off, then the first STEM_LETTERS letters."""
+    for suffix in ("ing", "ed", "es", "s", "ly"):
+        if len(word) > len(suffix) + 3 and word.endswith(suffix) and not word.endswith("ss"):
+            word = word[: -len(suffix)]
+            break
+    if len(word) > 4 and word.endswith("e"):
+        word = word[:-1]
+    return word[:STEM_LETTERS]
+
+
+def words(text: str) -> list[str]:
+    text = _SYNONYM.sub(lambda m: SYNONYMS[m.group(1)], text.lower().replace("’", "'"))
+    return WORD.findall(text)
+
+
+def content_words(text: str) -> list[str]:
+    """The words of `text` that can carry meaning: no stopwords, no lone digits of a numbered list."""
+    return [w for w in words(text) if w not in STOPWORDS and not (w.isdigit() and len(w) == 1)]
+
+
+def stems(text: str) -> set[str]:
+    return {stem(w) for w in content_words(text)}
+
+
+def stem_pairs(text: str) -> set[tuple[str, str]]:
+    """Consecutive content stems, line by line: a sentence whose words all occur in the sources but in no such
+    pairs ("create a SAML account on the company's server") says something the sources do not."""
+    pairs = set()
+    for line in text.splitlines():
+        found = [stem(w) for w in content_words(line)]
+        pairs.update(zip(found, found[1:], strict=False))
+    return pairs
+
+
+@dataclass
+class Vocabulary:
+    """Document frequencies of the help centre's stems (each article, each approved answer a document)."""
+
+    documents: int
+    frequency: dict[str, int]
+    surface: dict[str, str] = field(default_factory=dict)  # a used word -> its stem, for typo lookup
+
+    @classmethod
+    def of(cls, texts: Iterable[str]) -> "Vocabulary":
+        frequency: dict[str, int] = {}
+        surface: dict[str, str] = {}
+        count = 0
+        for text in texts:
+            count += 1
+            for word in set(content_words(text)):
+                surface[word] = stem(word)
+            for term in stems(text):
+                frequency[term] = frequency.get(term, 0) + 1
+        return cls(count, frequency, surface)
+
+    def known(self, term: str) -> bool:
+        return term in self.frequency
+
+    def weight(self, term: str) -> float:
+        """The term's rarity in the help centre (inverse document frequency); 0 for a term it never uses."""
+        df = self.frequency.get(term, 0)
+        return math.log((self.documents + 1) / df) if df else 0.0
+
+    def terms(self, text: str) -> list[str]:
+        """The content stems of a customer's text, a likely typo mapped to the help centre's word."""
+        found: list[str] = []
+        for word in content_words(text):
+            term = stem(word)
+            if not self.known(term) and len(word) >= 5:
+                near = difflib.get_close_matches(word, self.surface, n=1, cutoff=0.85)
+                term = self.surface[near[0]] if near else term
+            if term not in found:
+                found.append(term)
+        return found
