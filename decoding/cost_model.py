@@ -18,6 +18,7 @@ import torch
 
 from .batch_probe import short_blocks_keep_their_bits
 from .forward import ModelVerifier, wants_fixed_width
+from .hardware import device_name, synchronize
 from .packed import Lane, PackedLlama, attention_name, forward_name, weights_name
 from .steps import ONE_TOKEN_STEPS, StepConfig
 from .weights import WEIGHT_FORMATS, format_refusal, int4_refusal
@@ -120,8 +121,10 @@ def measure_cost_curve(
     # inflating one size; the first round only warms up the allocations for each shape.
     for round_ in range(repeats + 1):
         for size in sizes:
+            synchronize(model.device)
             start = time.perf_counter()
             verifier.verify(inputs[size])  # one forward: a W-wide block, or all of a variable-width one
+            synchronize(model.device)  # verify's argmax syncs already; this says so
             if round_:
                 timings[size].append(time.perf_counter() - start)
             verifier.rewind(context_len)
@@ -133,7 +136,8 @@ def measure_cost_curve(
 
 
 def machine_key(model: torch.nn.Module, steps: StepConfig = ONE_TOKEN_STEPS) -> str:
-    """Model shape, dtype, step width, device, threads, OpenMP wait policy and processor: what the curve depends on."""
+    """Model shape, dtype, step width, device (with the GPU's name on CUDA), threads, OpenMP wait policy and
+    processor: what the curve depends on."""
     cfg = model.config
     dtype = str(next(model.parameters()).dtype)
     shape = f"{cfg.model_type}-{cfg.num_hidden_layers}x{cfg.hidden_size}-v{cfg.vocab_size}-{forward_name(model)}"
@@ -145,7 +149,10 @@ def machine_key(model: torch.nn.Module, steps: StepConfig = ONE_TOKEN_STEPS) -> 
     if steps.width and not steps.padded:
         width += ",unpadded"
     threads = f"threads={torch.get_num_threads()},omp_wait={os.environ.get('OMP_WAIT_POLICY', 'default')}"
-    return f"{shape}|{dtype}|{width}|{model.device}|{threads}|{platform.machine()}|{platform.processor()}"
+    device = str(model.device)  # CPU keys stay as they were, so a machine's measured curves still count
+    if model.device.type == "cuda":
+        device += f" {device_name(model.device)}"
+    return f"{shape}|{dtype}|{width}|{device}|{threads}|{platform.machine()}|{platform.processor()}"
 
 
 def load_or_measure(
@@ -279,12 +286,14 @@ def company_seconds(model: PackedLlama, cache_file: Path | None = None) -> float
 def measure_company(model: PackedLlama, lanes: int, rows: int, repeats: int = 5) -> float:
     """The fastest of `repeats` forwards of `lanes` replies' `rows` rows each, every reply over its own cache."""
     vocab, context, steps = model.config.vocab_size, 256, StepConfig(rows, 512)
-    batch = [Lane(torch.randint(0, vocab, (rows,)), context, model.new_cache(steps.cache_len), steps.key_len(context))
-             for _ in range(lanes)]
+    batch = [Lane(torch.randint(0, vocab, (rows,), device=model.device), context, model.new_cache(steps.cache_len),
+                  steps.key_len(context)) for _ in range(lanes)]
     model.forward_lanes(batch)  # allocations
     timings = []
     for _ in range(repeats):
+        synchronize(model.device)
         start = time.perf_counter()
         model.forward_lanes(batch)
+        synchronize(model.device)  # on CUDA the forward returns once its kernels are queued
         timings.append(time.perf_counter() - start)
     return min(timings)

@@ -12,7 +12,7 @@ import torch
 
 from .batch_probe import short_blocks_keep_their_bits
 from .cost_model import choose_step_width, choose_weights
-from .hardware import cpu_features
+from .hardware import device_name
 from .model_loading import load_model
 from .packed import (
     DEFAULT_PREFIX_CACHE_BYTES,
@@ -121,7 +121,8 @@ class Engine:
                            cross_granules=self.attention == "kernel", prefill_break=beginning)
 
     def describe(self) -> str:
-        """The engine line printed at start, e.g. "bfloat16 on cpu, packed forward, 4-wide decode steps (CPU)"."""
+        """The engine line printed at start, e.g. "bfloat16 on cpu, packed forward, 4-wide decode steps (CPU)"; on CUDA
+        the GPU's name in the brackets."""
         steps = f"{self.step_width}-wide decode steps" if self.step_width else "one-token decode steps"
         if self.step_width and not self.padded_steps:
             steps += ", short ones unpadded"
@@ -131,7 +132,7 @@ class Engine:
             weights += f" ({self.prefill_weights} prefill)"
         if self.attention == "kernel":
             weights += ", lane-kernel attention"  # prompts' too (PackedLlama.prefill_attention)
-        return f"{where}, {self.forward} forward{weights}, {steps} ({cpu_features().model_name})"
+        return f"{where}, {self.forward} forward{weights}, {steps} ({device_name(self.device)})"
 
 
 WidthChooser = Callable[[torch.nn.Module], "int | None"]

@@ -3,6 +3,7 @@
 from collections.abc import Sequence
 
 import torch
+import transformers
 from transformers import DynamicCache
 from transformers.cache_utils import Cache, StaticLayer
 
@@ -28,6 +29,19 @@ def forward_tokens(model: torch.nn.Module, ids: torch.Tensor, cache: Cache, logi
     """Run `ids` (1, T) on top of `cache`; returns logits of the last `logits_to_keep` positions (n, V)."""
     out = model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=logits_to_keep)
     return out.logits[0]
+
+
+def check_cache_written(cache: Cache, length: int) -> None:
+    """Fail loudly where the forward left `cache` without the prompt's `length` positions: a transformers that
+    names the keyword `past_key_values` takes `cache=` into its **kwargs and ignores it, and every step after
+    would then see no prompt at all (issue 43, transformers 5.17: LLMA differed from greedy in 4 of 6 cases)."""
+    held = int(cache.get_seq_length())
+    if held != length:
+        raise RuntimeError(
+            f"the model's forward kept {held} of the prompt's {length} positions in the KV cache passed as cache=: "
+            f"this transformers ({transformers.__version__}) does not read that keyword; install the version "
+            "requirements.txt pins"
+        )
 
 
 def truncate_kv_cache(cache: Cache, length: int) -> None:
@@ -59,7 +73,9 @@ class HfRunner:
 
     def prefill(self, prompt_ids: Sequence[int]) -> torch.Tensor:
         self.length = len(prompt_ids)
-        return forward_tokens(self.model, token_tensor(self.model, prompt_ids), self.cache, logits_to_keep=1)[-1]
+        logits = forward_tokens(self.model, token_tensor(self.model, prompt_ids), self.cache, logits_to_keep=1)[-1]
+        check_cache_written(self.cache, self.length)
+        return logits
 
     def step(self, block: list[int]) -> torch.Tensor:
         """Logits (len(block), V); the padding's entries are dropped at once, so a next block follows on."""

@@ -45,6 +45,21 @@ def onednn_has_bf16() -> bool:
     return torch.backends.mkldnn.is_available() and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
+def device_name(device: torch.device | str) -> str:
+    """The GPU's name on CUDA (e.g. "NVIDIA H200"), else the processor's: what a reply or a timing ran on."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return cpu_features().model_name
+
+
+def synchronize(device: torch.device | str) -> None:
+    """Wait for the kernels queued on a CUDA device, so that a clock read next times the work, not its launch."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def pick_device(setting: str = "auto") -> torch.device:
     """"auto" is CUDA when a GPU is visible, else the CPU; "cpu" or "cuda" are taken as said."""
     if setting == "auto":

@@ -332,7 +332,7 @@ class PackedLlama:
         layer_windows = [_window(cfg, i) for i in range(self.n_layers)]
         self.windows = list(dict.fromkeys(layer_windows))  # the attention kinds: sliding windows, None for full
         mask_kind = [self.windows.index(window) for window in layer_windows]
-        self.decoder = _scripted(decoder_class(weights, lane_kernel)(self, inner.layers, mask_kind))
+        self.decoder = _scripted(decoder_class(weights, lane_kernel)(self, inner.layers, mask_kind), model.device)
         self.embed = inner.embed_tokens.weight.detach()
         self.norm = inner.norm.weight.detach()
         self._rotary = inner.rotary_emb
@@ -474,11 +474,16 @@ class PackedLlama:
         return pack_weight(weight, self.weights, self._onednn, self._width_hint)
 
 
-def _scripted(layers: DecoderLayers) -> torch.nn.Module:
+def _scripted(layers: DecoderLayers, device: torch.device) -> torch.nn.Module:
     """`layers` under TorchScript, or as they are (eager Python, the same bits, slower) where it is gone.
 
     TorchScript is deprecated in favour of torch.compile, which was measured slower here (module docstring);
     its deprecation warning says nothing a user can act on, so it is not shown."""
+    if device.type == "cuda":
+        # Process-wide: on CUDA the graph executor fuses element-wise ops after a few profiling calls, which can
+        # round otherwise than the calls before (greedy's early steps against LLMA's later ones); on a CPU it does not.
+        torch._C._jit_set_texpr_fuser_enabled(False)
+        torch._C._jit_override_can_fuse_on_gpu(False)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*torch.jit.script.*deprecated", category=DeprecationWarning)
         try:

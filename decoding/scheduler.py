@@ -30,6 +30,7 @@ import torch
 
 from .batch_probe import rows_keep_their_bits
 from .forward import ModelVerifier
+from .hardware import synchronize
 from .llma import LlmaOptions, llma_steps
 from .packed import Lane, PackedLlama, PackedRunner
 from .policy import CopyPolicy, FixedCopyPolicy, SharedForwardPolicy
@@ -277,9 +278,11 @@ class Scheduler:
     def _forward(self, jobs: list[_StepJob]) -> None:
         """One forward for all `jobs`; if it fails, each alone, so that an error fails only its own reply."""
         try:
+            synchronize(self.model.device)  # on CUDA a clock read around queued kernels times their launch only
             began = time.perf_counter()
             logits = self.model.forward_lanes([job.lane for job in jobs])
             if len(jobs) > 1:
+                synchronize(self.model.device)
                 per_reply = (time.perf_counter() - began) / len(jobs)
                 last = self._lane_seconds
                 self._lane_seconds = per_reply if last is None else 0.8 * last + 0.2 * per_reply
