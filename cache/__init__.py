@@ -3,7 +3,9 @@
 from cache.browse import SORTS
 from cache.embedder import Embedder
 from cache.records import (
+    OUTCOMES,
     REVIEW_STATES,
+    UNANSWERED,
     ArticleHit,
     ArticleRecord,
     CachedAnswer,
@@ -24,7 +26,9 @@ from cache.text import normalize_question
 from cache.vector_index import IndexHit, VectorIndex
 
 __all__ = [
+    "OUTCOMES",
     "REVIEW_STATES",
+    "UNANSWERED",
     "SORTS",
     "AnswerCache",
     "ArticleHit",

@@ -26,9 +26,12 @@ class ArticleVectors:
 
     def best(self, query: np.ndarray) -> tuple[str, float] | None:
         """The id and cosine score of the article closest to a (dim,) query; None when there is none."""
+        ranked = self.ranked(query, 1)
+        return ranked[0] if ranked else None
+
+    def ranked(self, query: np.ndarray, k: int) -> list[tuple[str, float]]:
+        """The ids and cosine scores of the `k` articles closest to a (dim,) query, closest first."""
         article_ids, vectors = self._snapshot  # one read: (n,) ids and (n, dim) vectors
-        if not article_ids:
-            return None
         scores = vectors @ query  # (n,)
-        best = int(np.argmax(scores))
-        return article_ids[best], float(np.clip(scores[best], -1.0, 1.0))
+        order = np.argsort(-scores, kind="stable")[:k]
+        return [(article_ids[i], float(np.clip(scores[i], -1.0, 1.0))) for i in order]

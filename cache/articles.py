@@ -54,13 +54,19 @@ class Articles:
 
     def best(self, question: str, threshold: float) -> ArticleHit | None:
         """The article closest in meaning to `question`, if it scores >= `threshold`."""
+        ranked = self.ranked(question, 1, threshold)
+        return ranked[0] if ranked else None
+
+    def ranked(self, question: str, k: int, threshold: float) -> list[ArticleHit]:
+        """The `k` articles closest in meaning to `question` that score >= `threshold`, closest first."""
         check_threshold(threshold)
         self._backend.catch_up()
-        best = self._backend.articles.best(self._backend.embedding.question(question))
-        if best is None or best[1] < threshold:
-            return None
-        article = self.get(best[0])  # None when another replica deleted it since the snapshot
-        return ArticleHit(article.id, article.title, article.body, best[1]) if article is not None else None
+        hits = []
+        for article_id, score in self._backend.articles.ranked(self._backend.embedding.question(question), k):
+            article = self.get(article_id) if score >= threshold else None  # None: deleted by another replica
+            if article is not None:
+                hits.append(ArticleHit(article.id, article.title, article.body, score))
+        return hits
 
 
 def upsert_row(session: Session, article_id: str, title: str, body: str, vector: np.ndarray) -> Article:

@@ -114,6 +114,7 @@ HANDED_OFF = "handed off"
 ANSWERED, CUT, STAFF_TEXT, DECLINED = "answered", "cut", "staff text", "declined"
 OUTCOMES = (ANSWERED, CUT, STAFF_TEXT, HANDED_OFF, DECLINED)
 NOT_DECODED = (STAFF_TEXT, HANDED_OFF, DECLINED)
+UNANSWERED = (CUT, STAFF_TEXT, HANDED_OFF)  # what staff list to write the answers that are missing
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -229,6 +229,10 @@ class AnswerCache:
     def list_articles(self) -> list[ArticleRecord]:
         return self._articles.list_all()
 
+    def similarities(self, question: str, texts: Sequence[str]) -> list[float]:
+        """The cosine of `question` to each of `texts` (sentences of an article, say), the texts' vectors kept."""
+        return self._backend.embedding.similarities(question, texts)
+
     def best_article(self, question: str, threshold: float = 0.3) -> ArticleHit | None:
         """The article closest in meaning to `question`, if it scores >= `threshold`."""
         return self._articles.best(question, threshold)

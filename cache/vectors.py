@@ -15,6 +15,9 @@ Embed = Callable[[list[str]], np.ndarray]
 REMEMBERED_QUESTIONS = 256
 
 
+REMEMBERED_PASSAGES = 50_000
+
+
 class Embedding:
     """The caller's embed function, its output checked and normalized; remembers recent questions."""
 
@@ -23,6 +26,7 @@ class Embedding:
         self.dim = dim
         self._questions: OrderedDict[str, np.ndarray] = OrderedDict()  # least recently asked first
         self._questions_lock = threading.Lock()
+        self._passages: dict[str, np.ndarray] = {}  # grows with the help centre's sentences only
 
     def texts(self, texts: Sequence[str]) -> np.ndarray:
         """(n, dim) unit float32 vectors; a wrong shape raises, since it would poison the index."""
@@ -33,6 +37,18 @@ class Embedding:
             raise ValueError(f"embed returned shape {vectors.shape}, expected {(len(texts), self.dim)}")
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)  # (n, 1)
         return vectors / np.maximum(norms, 1e-12)
+
+    def similarities(self, question: str, texts: Sequence[str]) -> list[float]:
+        """Cosines of a question to `texts`, whose vectors are kept (help-centre sentences recur in every turn)."""
+        missing = [text for text in dict.fromkeys(texts) if text not in self._passages]
+        if len(self._passages) + len(missing) > REMEMBERED_PASSAGES:  # staff rewrote the help centre many times
+            self._passages = {}
+        if missing:
+            for text, vector in zip(missing, self.texts(missing), strict=True):
+                vector.flags.writeable = False
+                self._passages[text] = vector
+        asked = self.question(question)
+        return [float(self._passages[text] @ asked) for text in texts]
 
     def question(self, question: str) -> np.ndarray:
         """(dim,) vector of a question, memoized over the last REMEMBERED_QUESTIONS asked (read-only: shared)."""

@@ -4,8 +4,10 @@ The records the services return are re-exported here, so that the web UI needs n
 """
 
 from cache import (
+    OUTCOMES,
     REVIEW_STATES,
     SORTS,
+    UNANSWERED,
     ArticleRecord,
     AuditFilter,
     AuditRecord,
@@ -32,7 +34,9 @@ from .settings import ChatSettings
 from .stats import ArticleUse, ReferenceUse, ReplyStats
 
 __all__ = [
+    "OUTCOMES",
     "REVIEW_STATES",
+    "UNANSWERED",
     "SORTS",
     "ACTIONS",
     "Accounts",

@@ -288,9 +288,10 @@ class AdminService:
         self.require_role(actor, "agent", "list_replies", entry_id)
         return self.cache.replies_for_entry(entry_id)
 
-    def recent_replies(self, actor: str, limit: int = 50) -> list[ReplyRecord]:
+    def recent_replies(self, actor: str, limit: int = 50, outcomes: tuple[str, ...] = ()) -> list[ReplyRecord]:
+        """The newest served replies; with `outcomes`, only those (the cut and handed-off ones: answers to write)."""
         self.require_role(actor, "agent", "list_replies")
-        return self.cache.recent_replies(limit=limit)
+        return self.cache.recent_replies(limit=limit, outcomes=outcomes)
 
     def verify(self, actor: str, reply_id: int) -> Verification:
         """Rerun a reply with its decoding rule one token at a time (waits for the model); KeyError or

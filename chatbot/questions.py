@@ -22,7 +22,10 @@ _PRICE = re.compile(r"\b(?:cost|costs|price|pay|paying|paid|charged?|how much|to
 _COUNT = re.compile(r"\b(?:\d+|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|fifteen|twenty|dozen)\s+"
                     r"(?:people|persons|users|seats|members|employees|staff|colleagues|licen[cs]es|months|years|"
                     r"of us|accounts)\b", re.I)
-_COMPARE = re.compile(r"\b(?:difference|compared?|versus|vs\.?|instead of|save|saving|savings|cheaper)\b", re.I)
+_COMPARE = re.compile(r"\b(?:difference|compared?|versus|vs\.?|instead of|rather than|than)\b", re.I)
+# A message that reads as the continuation of the one before it: retrieved together with it (chatbot/turn.py).
+_FOLLOW_UP = re.compile(r"^\s*(?:and|ok(?:ay)?|so|but|also|then|what about|how about|same|and if|if so|what if)\b"
+                        r"|\b(?:it|that|this|those|these|they|them|there)\b", re.I)
 
 
 def declined(question: str) -> bool:
@@ -36,6 +39,11 @@ def needs_sum(question: str) -> bool:
     if not _PRICE.search(question):
         return False
     return bool(_COUNT.search(question) or _COMPARE.search(question))
+
+
+def reads_as_follow_up(message: str) -> bool:
+    """True for a short message that leans on the one before it ("and on Personal?", "how long does that take")."""
+    return len(message.split()) <= 12 and bool(_FOLLOW_UP.search(message))
 
 
 class HelpCentreWords:

@@ -304,6 +304,8 @@ class ChatService:
             return self.settings.handoff_message
         lead = "I can't confirm more than that. " if cut else ""
         quoted = "\n".join(f"> {line}" for line in passage.text.splitlines())
+        if passage.source.startswith("answer:"):
+            return f"{lead}Our support team's answer to \u201c{passage.title}\u201d:\n\n{quoted}"
         return f"{lead}From our help article \u201c{passage.title}\u201d:\n\n{quoted}"
 
     def _suggest_wordings(self, turn: ChatTurn) -> None:

@@ -49,7 +49,7 @@ def build_admin(admin: AdminService, login: StaffLogin) -> gr.Blocks:
         blocks.load(cache.list_page, [*cache.query, cache.page, gr.State(0)], cache.table_outputs, **PRIVATE)
         blocks.load(articles.list_articles, None, [article_table], **PRIVATE)
         dashboard_tab.select(dashboard.refresh, None, dashboard_outputs, **PRIVATE)
-        verify_tab.select(verifier.recent, None, [reply_table], **PRIVATE)
+        verify_tab.select(verifier.recent, [verifier.only_unanswered], [reply_table], **PRIVATE)
         staff_tab.select(staff.list_users, None, [user_table], **PRIVATE)
         audit_tab.select(audit.rows, audit.filters, [audit_table], **PRIVATE)
     return blocks

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import gradio as gr
 
-from chatbot import AdminService, InputError
+from chatbot import UNANSWERED, AdminService, InputError
 
 from .auth import PRIVATE, StaffLogin, shows_refusals
 from .format import escape_markup
@@ -27,7 +27,11 @@ class ReplyVerifier:
             "approved answer grounded can become that answer's new words after review: replies copy more of the "
             "model's own phrasing than of staff-written text."
         )
-        refresh = gr.Button("Refresh recent replies")
+        with gr.Row():
+            refresh = gr.Button("Refresh recent replies")
+            unserved = gr.Checkbox(label="Only replies cut or handed off (answers to write)", value=False,
+                                   elem_id="only-unanswered")
+        self.only_unanswered = unserved
         table = gr.Dataframe(headers=REPLY_COLUMNS, interactive=False, label="Recent replies", elem_id="reply-table")
         with gr.Row():
             reply_id = gr.Number(label="Reply id (or click a row)", precision=0, elem_id="verify-id")
@@ -35,17 +39,19 @@ class ReplyVerifier:
             adopt = gr.Button("Approve its words as the grounding answer (admin)", elem_id="adopt-reply")
         result = gr.Markdown(elem_id="verify-result")
         adopt.click(self.adopt, [reply_id], [result], api_name="adopt_reply")
-        refresh.click(self.recent, None, [table], **PRIVATE)
+        refresh.click(self.recent, [unserved], [table], **PRIVATE)
+        unserved.change(self.recent, [unserved], [table], **PRIVATE)
         table.select(row_picker(self.login), None, [reply_id], **PRIVATE)
         verify.click(self.verify, [reply_id], [result], api_name="verify", concurrency_limit=1).then(
-            self.recent, None, [table], **PRIVATE
+            self.recent, [unserved], [table], **PRIVATE
         )
         return table
 
     @shows_refusals
-    def recent(self, request: gr.Request) -> list[list]:
+    def recent(self, only_unanswered: bool, request: gr.Request) -> list[list]:
         user = self.login.require(request)
-        return [reply_row(r) for r in self.admin.recent_replies(user, limit=50)]
+        outcomes = UNANSWERED if only_unanswered else ()
+        return [reply_row(r) for r in self.admin.recent_replies(user, limit=50, outcomes=outcomes)]
 
     @shows_refusals
     def adopt(self, reply_id: float | None, request: gr.Request) -> str:

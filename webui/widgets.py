@@ -15,7 +15,8 @@ VERIFIED_LABELS = {True: "identical", False: "DIFFERS", None: ""}  # ReplyRecord
 FEEDBACK_LABELS = {1: "up", -1: "down"}
 AUDIT_COLUMNS = ["#", "time (UTC)", "who", "action", "entry", "target", "details"]
 REPLY_COLUMNS = [
-    "reply id", "time (UTC)", "question", "ended", "exact hit", "speedup", "feedback", "verified", "measured speedup",
+    "reply id", "time (UTC)", "question", "ended", "shown", "why", "exact hit", "speedup", "feedback", "verified",
+    "measured speedup",
 ]
 # How a reply ended, for staff; "token limit" flags a reply likely cut off mid-thought.
 ENDINGS = {"eos": "complete", "repetition": "stopped repeating", "limit": "⚠ token limit", None: ""}
@@ -39,7 +40,8 @@ def reply_row(reply: ReplyRecord) -> list:
     measured = round(reply.measured_speedup, 2) if reply.measured_speedup is not None else None
     return [
         reply.id, utc_time(reply.created_at, seconds=True), shorten(reply.question),
-        ENDINGS.get(reply.stop_reason, reply.stop_reason), reply.exact_hit,
+        ENDINGS.get(reply.stop_reason, reply.stop_reason), reply.outcome or "", shorten(reply.outcome_reason, 160),
+        reply.exact_hit,
         reply.speedup, feedback, VERIFIED_LABELS[reply.verified], measured,
     ]
 

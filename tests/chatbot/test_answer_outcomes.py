@@ -16,8 +16,9 @@ from tests.chatbot.test_service import CPU_CURVE, MODEL_ID
 pytestmark = pytest.mark.slow
 
 CHECKED = ChatSettings(max_new_tokens=48, check_sources=True, check_replies="cut", uncovered="hand-off")
-ARTICLE_LINES = {line.strip() for text in json.loads((DATA_DIR / "articles.json").read_text()).values()
-                 for line in text.splitlines() if line.strip()}
+HELP_CENTRE = [*json.loads((DATA_DIR / "articles.json").read_text()).values(),
+               *(json.loads(line)["answer"] for line in (DATA_DIR / "approved_answers.jsonl").read_text().splitlines())]
+STAFF_TEXT_LINES = " ".join(" ".join(text.split()) for text in HELP_CENTRE)
 CONVERSATIONS = (
     ["hey, i cant log in anymore, forgot my pw. help?"],
     ["whats the biggest file i can put on the free plan", "and on personal?"],
@@ -66,7 +67,7 @@ def assert_shown_as_promised(service: ChatService, reply) -> None:
         assert reply.staff_text == DECLINE_MESSAGE
     elif reply.staff_text != service.settings.handoff_message:
         quoted = [line[2:].strip() for line in reply.staff_text.splitlines() if line.startswith("> ")]
-        assert quoted and all(line in ARTICLE_LINES for line in quoted), reply.staff_text  # an article's own lines
+        assert quoted and all(line in STAFF_TEXT_LINES for line in quoted), reply.staff_text  # staff's own words
     if outcome != ANSWERED:
         assert record.outcome_reason, "staff see why a reply was cut or not decoded"
 

@@ -26,9 +26,15 @@ def test_reply_row_fills_every_column():
     row = dict(zip(REPLY_COLUMNS, reply_row(reply()), strict=True))
     assert row == {
         "reply id": 5, "time (UTC)": "2026-11-01 09:30:15", "question": "How do I reset it?", "ended": "",
-        "exact hit": False,
+        "shown": "", "why": "", "exact hit": False,
         "speedup": 1.7, "feedback": "", "verified": "", "measured speedup": None,
     }
+
+
+def test_reply_row_says_what_was_shown_and_why():
+    row = reply_row(reply(outcome="cut", outcome_reason="sentence 2: '99 GB' is in no source"))
+    named = dict(zip(REPLY_COLUMNS, row, strict=True))
+    assert (named["shown"], named["why"]) == ("cut", "sentence 2: '99 GB' is in no source")
 
 
 def test_reply_row_says_feedback_and_verdict():
