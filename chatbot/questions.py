@@ -17,8 +17,9 @@ _INJECTION = re.compile(
     re.I | re.S,
 )
 # A sum: a price asked for a count of seats or months, or two billing periods compared.
-_PRICE = re.compile(r"\b(?:cost|costs|price|pay|paying|paid|charged?|how much|total|spend|bill(?:ed)?|save|saving|"
-                    r"savings|cheaper|expensive|come to|altogether|all together|in total)\b", re.I)
+# ... asked as an amount: "I pay by card for 25 seats" asks no sum.
+_PRICE = re.compile(r"\b(?:cost|costs|price|prices|how much|total|spend|save|saving|savings|cheaper|expensive|"
+                    r"come to|comes to|altogether|all together|in total)\b", re.I)
 _COUNT = re.compile(r"\b(?:\d+|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|fifteen|twenty|dozen)\s+"
                     r"(?:people|persons|users|seats|members|employees|staff|colleagues|licen[cs]es|months|years|"
                     r"of us|accounts)\b", re.I)

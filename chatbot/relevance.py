@@ -33,7 +33,7 @@ OPPOSITES = (
     (("cancel", "downgrade"), ("restore", "reactivate", "renew", "upgrade")),
     (("share",), ("unshare", "stop sharing")),
     (("lock",), ("unlock",)),
-    (("restore", "recover", "undelete", "get back", "bring back", "undo"),
+    (("restore", "recover", "undelete", "get back", "bring back"),
      ("delete permanently", "permanently delete", "gone for good", "delete forever", "for good", "empty trash",
       "empty the trash")),
     (("block",), ("unblock",)),

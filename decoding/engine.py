@@ -88,7 +88,7 @@ class Engine:
 
     @property
     def attention(self) -> str:
-        """"kernel" or "sdpa": how decode steps attend (PackedLlama.lane_kernel)."""
+        """"kernel", "batched" or "sdpa": how decode steps attend (decoding/packed.py, attention_name)."""
         return attention_name(self.model)
 
     @property
@@ -132,6 +132,8 @@ class Engine:
             weights += f" ({self.prefill_weights} prefill)"
         if self.attention == "kernel":
             weights += ", lane-kernel attention"  # prompts' too (PackedLlama.prefill_attention)
+        elif self.attention == "batched":
+            weights += ", batched attention"  # decode steps' only; prompts attend through SDPA
         return f"{where}, {self.forward} forward{weights}, {steps} ({device_name(self.device)})"
 
 

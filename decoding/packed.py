@@ -18,7 +18,7 @@ import logging
 import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import torch
 import torch.nn.functional as F
@@ -37,6 +37,9 @@ PACKED_DTYPES = (torch.float32, torch.bfloat16)
 # Prompt chunks kept for reuse: the bundled model's keys and values take 23 KB a token in bf16, so 512 MB holds
 # about 22,000 prompt tokens (every shipped help article's prompt some 30 times over).
 DEFAULT_PREFIX_CACHE_BYTES = 512 * 2**20
+# Where decode steps attend for every lane in one batched SDPA call when the lane kernel is not used
+# (BatchedDecoderLayers); the tests add "cpu" to run that path here.
+BATCHED_ATTENTION_DEVICES = ("cuda",)
 
 
 @dataclass
@@ -146,12 +149,16 @@ class DecoderLayers(torch.nn.Module):
             rows = self.attend_lanes(
                 i, qkv, sizes, starts, key_lens, keys, values, cos, sin, masks, copy_keys, cos_table, sin_table, prompt
             )
-            x = x + self.linear(rows, self.o[i], self.o_scales[i], self.o_bias[i])
-            h = self.norm(x, self.post_norm[i], prompt)
-            gate_up = self.linear(h, self.gate_up[i], self.gate_up_scales[i], None)
-            gated = F.silu(gate_up[:, : self.intermediate]) * gate_up[:, self.intermediate :]
-            x = x + self.linear(gated, self.down[i], self.down_scales[i], None)
+            x = self.after_attention(i, x, rows, prompt)
         return x
+
+    def after_attention(self, i: int, x: torch.Tensor, rows: torch.Tensor, prompt: bool) -> torch.Tensor:
+        """Layer i's output projection and MLP over x (N, hidden), given its attention rows (N, heads * dim)."""
+        x = x + self.linear(rows, self.o[i], self.o_scales[i], self.o_bias[i])
+        h = self.norm(x, self.post_norm[i], prompt)
+        gate_up = self.linear(h, self.gate_up[i], self.gate_up_scales[i], None)
+        gated = F.silu(gate_up[:, : self.intermediate]) * gate_up[:, self.intermediate :]
+        return x + self.linear(gated, self.down[i], self.down_scales[i], None)
 
     def linear(self, x: torch.Tensor, data: torch.Tensor, scales: torch.Tensor,
                bias: Optional[torch.Tensor]) -> torch.Tensor:  # noqa: UP045
@@ -248,11 +255,94 @@ class Q4DecoderLayers(KernelDecoderLayers):
         return q4_product(x, data, scales, bias)
 
 
-def decoder_class(weights: str, lane_kernel: bool) -> type[DecoderLayers]:
+class LaneBatch(NamedTuple):
+    """Every lane of a shared forward laid out as one attention batch, built once per forward
+    (PackedLlama._lane_batch): lane j's rows padded to `query_len`, its keys to `key_len`, the padding masked."""
+
+    sizes: list[int]  # each lane's rows, stacked in this order (N in all)
+    starts: list[int]  # each lane's first position
+    query_len: int  # the most rows of any lane, at least 2 (a lone row is asked twice, as DecoderLayers.attend)
+    key_len: int  # the most keys of any lane, rounded up to 16 (the CUDA kernel's mask alignment)
+    cos: torch.Tensor  # (N, 1, dim) each stacked row's rotary, as _rotary_tables
+    sin: torch.Tensor
+    masks: list[torch.Tensor]  # per attention kind: (lanes, kv_heads, group * query_len, key_len), 0 or -inf
+    query_rows: torch.Tensor  # (lanes * query_len,) the stacked row each padded row asks (a lane's last past its end)
+    real_rows: torch.Tensor  # (N,) the padded row that holds each stacked row
+
+
+class BatchedDecoderLayers(DecoderLayers):
+    """DecoderLayers whose decode steps attend for every lane in one SDPA call per layer (`forward_batched`), where
+    the lane kernel does not run (CUDA): the per-lane path costs some ten kernel launches per lane and layer, and
+    on a GPU a shared forward of 8 replies was bound by them (1.33x the throughput of one reply after another on an
+    H200, docs/gpu/2026-12-04-nvidia-h200). A reply alone runs the same path, a batch of one with the same padding
+    rule, so its rows meet the same kernel with the same per-row arithmetic alone and in company: padded queries
+    are rows of their own, padded keys are masked (exp(-inf) adds an exact zero), which the start-up probe checks
+    (decoding/batch_probe.py). Only the cache writes stay per lane: each reply's cache is a tensor of its own."""
+
+    efficient: bool  # call CUDA's memory-efficient kernel by name: one kernel whatever the batch's shape
+
+    def __init__(self, model: "PackedLlama", layers: Sequence[torch.nn.Module], mask_kind: list[int]) -> None:
+        super().__init__(model, layers, mask_kind)
+        # F.scaled_dot_product_attention picks its backend by shape on CUDA, and a backend by the batch's shape
+        # could round a row otherwise alone than in company; on a CPU (the tests) there is only its own.
+        self.efficient = model.device.type == "cuda"
+
+    @torch.jit.export
+    def forward_batched(
+        self, x: torch.Tensor, batch: LaneBatch, keys: list[list[torch.Tensor]], values: list[list[torch.Tensor]],
+    ) -> torch.Tensor:
+        """x (N, hidden) through every layer, lane j's rows the j-th `batch.sizes` rows of x (decode steps only)."""
+        for i in range(len(self.qkv)):
+            h = self.norm(x, self.input_norm[i], False)
+            qkv = self.linear(h, self.qkv[i], self.qkv_scales[i], self.qkv_bias[i])
+            x = self.after_attention(i, x, self.attend_batched(i, qkv, batch, keys, values), False)
+        return x
+
+    def attend_batched(
+        self, i: int, qkv: torch.Tensor, batch: LaneBatch, keys: list[list[torch.Tensor]],
+        values: list[list[torch.Tensor]],
+    ) -> torch.Tensor:
+        """Layer i's attention (N, heads * dim) for every lane: the arithmetic of DecoderLayers.attend, batched."""
+        n_rows, heads, kv_heads, dim = qkv.shape[0], self.heads, self.kv_heads, self.head_dim
+        lanes, group, query_len = len(batch.sizes), heads // kv_heads, batch.query_len
+        qk = qkv[:, : (heads + kv_heads) * dim].view(n_rows, heads + kv_heads, dim)
+        qk = torch.addcmul(qk * batch.cos, qk.roll(dim // 2, -1), batch.sin)
+        v = qkv[:, (heads + kv_heads) * dim :].view(n_rows, kv_heads, dim)
+        new_keys, new_values = qk[:, heads:].split(batch.sizes), v.split(batch.sizes)
+        for j in range(lanes):
+            start, end = batch.starts[j], batch.starts[j] + batch.sizes[j]
+            keys[j][i][0, :, start:end] = new_keys[j].transpose(0, 1)
+            values[j][i][0, :, start:end] = new_values[j].transpose(0, 1)
+        k = torch.cat([_first_keys(keys[j][i], batch.key_len) for j in range(lanes)])  # (lanes, kv_heads, K, dim)
+        v = torch.cat([_first_keys(values[j][i], batch.key_len) for j in range(lanes)])
+        # The q heads sharing a kv head stacked as rows of one query, as in DecoderLayers.attend.
+        q = qk[:, :heads].index_select(0, batch.query_rows)  # (lanes * query_len, heads, dim)
+        q = q.view(lanes, query_len, kv_heads, group, dim).permute(0, 2, 3, 1, 4)
+        q = q.reshape(lanes, kv_heads, group * query_len, dim)
+        mask = batch.masks[self.mask_kind[i]]
+        if self.efficient:
+            out = torch.ops.aten._scaled_dot_product_efficient_attention(q, k, v, mask, False, scale=self.scaling)[0]
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scaling)
+        # (lanes, kv_heads, group * query_len, dim), maybe strided -> (N, heads * dim), the padded rows dropped
+        out = out.reshape(lanes, kv_heads, group, query_len, dim).permute(0, 3, 1, 2, 4)
+        return out.reshape(lanes * query_len, heads * dim).index_select(0, batch.real_rows)
+
+
+def _first_keys(entries: torch.Tensor, key_len: int) -> torch.Tensor:
+    """The first `key_len` positions of a cache's layer (1, kv_heads, L, dim), zeros past its end."""
+    if entries.shape[2] >= key_len:
+        return entries[:, :, :key_len]
+    return F.pad(entries, [0, 0, 0, key_len - entries.shape[2]])
+
+
+def decoder_class(weights: str, lane_kernel: bool, batched_attention: bool = False) -> type[DecoderLayers]:
     """The scripted layers for a packing: q4 products need the lane library, as the lane kernel does."""
     if weights == "q4":
         return Q4DecoderLayers
-    return KernelDecoderLayers if lane_kernel else DecoderLayers
+    if lane_kernel:
+        return KernelDecoderLayers
+    return BatchedDecoderLayers if batched_attention else DecoderLayers
 
 
 def packing_refusal(model: torch.nn.Module) -> str | None:
@@ -284,7 +374,7 @@ class PackedLlama:
     def __init__(
         self, model: torch.nn.Module, width_hint: int = 8, weights: str = "dense", prefill_weights: str | None = None,
         prefix_cache_bytes: int = DEFAULT_PREFIX_CACHE_BYTES, lane_kernel: bool | None = None,
-        prefill_attention: str | None = None,
+        prefill_attention: str | None = None, batched_attention: bool | None = None,
     ) -> None:
         refusal = packing_refusal(model) or format_refusal(weights, model.dtype, model.device)
         if refusal is not None:
@@ -299,6 +389,14 @@ class PackedLlama:
         if weights == "q4" and not lane_kernel:  # one library: its products come with its attention
             raise ValueError("q4 weights decode through the lane kernel; there is no SDPA packing of them")
         self.lane_kernel = lane_kernel
+        # Without the lane kernel, decode steps attend for all lanes in one SDPA call per layer on CUDA (None: on
+        # BATCHED_ATTENTION_DEVICES), else lane by lane (BatchedDecoderLayers). The two round differently: one
+        # choice per packing, recorded with every reply as its attention ("batched" or "sdpa").
+        if batched_attention is None:
+            batched_attention = model.device.type in BATCHED_ATTENTION_DEVICES and not lane_kernel
+        if batched_attention and lane_kernel:
+            raise ValueError("decode steps attend through the lane kernel or batched SDPA, not both")
+        self.batched_attention = batched_attention
         # Prompts attend through the lane kernel too where steps do (None: then), with its RMS norm: a 254-token
         # prompt tail after 448 cached tokens took 306 against 355 ms through SDPA (mean of 8 alternating runs,
         # AMD EPYC, 2 threads), which spent as long in masks, key copies and small elementwise calls as in
@@ -332,7 +430,8 @@ class PackedLlama:
         layer_windows = [_window(cfg, i) for i in range(self.n_layers)]
         self.windows = list(dict.fromkeys(layer_windows))  # the attention kinds: sliding windows, None for full
         mask_kind = [self.windows.index(window) for window in layer_windows]
-        self.decoder = _scripted(decoder_class(weights, lane_kernel)(self, inner.layers, mask_kind), model.device)
+        layers = decoder_class(weights, lane_kernel, batched_attention)(self, inner.layers, mask_kind)
+        self.decoder = _scripted(layers, model.device)
         self.embed = inner.embed_tokens.weight.detach()
         self.norm = inner.norm.weight.detach()
         self._rotary = inner.rotary_emb
@@ -413,14 +512,17 @@ class PackedLlama:
         by_kernel = self.lane_kernel and not prompt
         if by_kernel:  # the kernel takes positions and the whole rotary tables, no masks
             self._rotary_tables(0, 1, max(lane.cache.cache_len for lane in lanes))
-        contexts = [] if by_kernel else [self._lane_context(lane) for lane in lanes]
         x = F.embedding(torch.cat([lane.ids for lane in lanes]) if len(lanes) > 1 else lanes[0].ids, self.embed)
-        x = self.decoder(
-            x, sizes, [lane.start for lane in lanes], [lane.key_len for lane in lanes],
-            [lane.cache.keys for lane in lanes], [lane.cache.values for lane in lanes],
-            [ctx.cos for ctx in contexts], [ctx.sin for ctx in contexts], [ctx.masks for ctx in contexts], copy_keys,
-            self._cos, self._sin, not by_kernel,
-        )  # (sum T_i, hidden)
+        keys, values = [lane.cache.keys for lane in lanes], [lane.cache.values for lane in lanes]
+        if self.batched_attention and not prompt:
+            x = self.decoder.forward_batched(x, self._lane_batch(lanes), keys, values)  # (sum T_i, hidden)
+        else:
+            contexts = [] if by_kernel else [self._lane_context(lane) for lane in lanes]
+            x = self.decoder(
+                x, sizes, [lane.start for lane in lanes], [lane.key_len for lane in lanes], keys, values,
+                [ctx.cos for ctx in contexts], [ctx.sin for ctx in contexts], [ctx.masks for ctx in contexts],
+                copy_keys, self._cos, self._sin, not by_kernel,
+            )  # (sum T_i, hidden)
         if last_only:
             x, sizes = x[torch.tensor(sizes).cumsum(0) - 1], [1] * len(lanes)
         if by_kernel:
@@ -441,6 +543,37 @@ class PackedLlama:
             masks = [mask.expand(2, -1) for mask in masks]
         masks = [mask.repeat(group, 1) for mask in masks]
         return _LaneContext(lane, cos, sin, masks)
+
+    def _lane_batch(self, lanes: Sequence["Lane"]) -> LaneBatch:
+        """The lanes as one attention batch (LaneBatch): its indices made on the host and sent in one copy."""
+        sizes, starts = [lane.ids.shape[0] for lane in lanes], [lane.start for lane in lanes]
+        query_len = max(2, *sizes)
+        key_len = -(-max(lane.key_len for lane in lanes) // 16) * 16
+        self._rotary_tables(0, 1, max(lane.cache.cache_len for lane in lanes))
+        first_rows = [sum(sizes[:j]) for j in range(len(lanes))]
+        padded = [(j, min(t, size - 1)) for j, size in enumerate(sizes) for t in range(query_len)]
+        query_rows = [first_rows[j] + t for j, t in padded]
+        positions = [starts[j] + t for j, t in padded]  # (lanes * query_len,) a padded row repeats its lane's last
+        real_rows = [j * query_len + t for j, size in enumerate(sizes) for t in range(size)]
+        index = torch.tensor(query_rows + positions + real_rows, device=self.device)
+        query_rows_t, positions_t, real_rows_t = index.split([len(query_rows), len(positions), len(real_rows)])
+        row_positions = positions_t.index_select(0, real_rows_t)  # (N,)
+        masks = [self._batch_mask(positions_t.view(len(lanes), query_len), key_len, w) for w in self.windows]
+        return LaneBatch(sizes, starts, query_len, key_len, self._cos[row_positions, None],
+                         self._sin[row_positions, None], masks, query_rows_t, real_rows_t)
+
+    def _batch_mask(self, positions: torch.Tensor, key_len: int, window: int | None) -> torch.Tensor:
+        """(lanes, kv_heads, group * query_len, key_len) to add to the scores, as _mask for each lane's padded rows
+        `positions` (lanes, query_len), repeated for the q heads of a kv head and broadcast over the kv heads."""
+        lanes, query_len = positions.shape
+        keys = torch.arange(key_len, device=self.device)
+        hidden = keys > positions[:, :, None]  # (lanes, query_len, key_len)
+        if window is not None:
+            hidden |= keys <= positions[:, :, None] - window
+        mask = torch.zeros(hidden.shape, dtype=self.dtype, device=self.device).masked_fill_(hidden, float("-inf"))
+        group = self.n_heads // self.n_kv_heads
+        mask = mask[:, None].expand(lanes, group, query_len, key_len).reshape(lanes, 1, group * query_len, key_len)
+        return mask.expand(lanes, self.n_kv_heads, group * query_len, key_len)  # the CUDA kernel wants every head
 
     def _mask(self, start: int, n_tokens: int, key_len: int, window: int | None) -> torch.Tensor:
         """(T, key_len) to add to the scores: 0 where row t sees the key (positions <= start + t, within the
@@ -524,8 +657,11 @@ def weights_name(model) -> str:
 
 
 def attention_name(model) -> str:
-    """How decode steps attend: "kernel" (the lane kernel, decoding/csrc) or "sdpa" (every reply before it)."""
-    return "kernel" if isinstance(model, PackedLlama) and model.lane_kernel else "sdpa"
+    """How decode steps attend: "kernel" (the lane kernel, decoding/csrc), "batched" (one SDPA call for every lane,
+    CUDA) or "sdpa" (lane by lane: every reply before them)."""
+    if isinstance(model, PackedLlama) and model.lane_kernel:
+        return "kernel"
+    return "batched" if isinstance(model, PackedLlama) and model.batched_attention else "sdpa"
 
 
 def pack_model(

@@ -76,6 +76,7 @@ def test_declined_and_sums():
     assert not needs_sum("How much storage do I get on the Free plan?")
     assert not needs_sum("im in college and money's tight, any cheaper deal for students?")
     assert needs_sum("5 of us want the team plan paid yearly. what does that come to all together?")
+    assert not needs_sum("we're 25 seats on team, billed yearly. can we pay by bank transfer?")
 
 
 def test_follow_ups_are_told_from_new_questions():

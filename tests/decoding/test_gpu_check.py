@@ -38,6 +38,19 @@ def test_the_dry_run_has_every_section_none_failed_and_every_reply_equals_greedy
     assert "identical to greedy alone: **True**" in markdown
 
 
+def test_the_dry_run_through_batched_attention_keeps_every_reply_equal_to_greedy(monkeypatch, tmp_path):
+    """The attention a GPU runs (one SDPA call for every reply of a shared forward) forced on the CPU."""
+    monkeypatch.setattr(packed_module, "BATCHED_ATTENTION_DEVICES", ("cpu", "cuda"))
+    monkeypatch.setattr(packed_module, "lane_kernel_refusal", lambda: "off for this test")
+    assert gpu_check.main(["--cpu-dry-run", "--out", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "report.json").read_text())
+    sections = {entry["section"]: entry for entry in report["sections"]}
+    assert {entry["status"] for entry in sections.values()} == {"ok"}
+    assert {engine["attention"] for engine in sections["engines"]["result"].values()} == {"batched"}
+    assert report["summary"]["bit_identical"] is True
+    assert sections["shared_forwards"]["result"]["slots"] == 8  # the probe found no row changed in company
+
+
 class DropsTheCache(torch.nn.Module):
     """A model whose forward names its cache `past_key_values`, as an older transformers': `cache=` is ignored."""
 

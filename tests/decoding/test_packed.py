@@ -26,10 +26,10 @@ from decoding.batch_probe import short_block_mismatches
 from decoding.cost_model import FLAT_TOLERANCE, STEP_WIDTHS, UNPADDED_WIDTH, CostCurve
 from decoding.engine import StepWidth, needs_padding
 from decoding.forward import open_runner
-from decoding.packed import Lane, PackedRunner
+from decoding.packed import Lane, PackedRunner, attention_name
 from decoding.weights import format_refusal, int4_weight, q4_refusal, q4_weight
 
-from .invariance import differing_positions, make_tiny_model
+from .invariance import VOCAB, differing_positions, make_tiny_model
 from .test_invariance import CONTEXT_LEN, DTYPES, WINDOWS, hostile_mismatches, random_ids
 
 PACKED_ARCHS = ["llama", "mistral", "qwen2"]
@@ -213,6 +213,54 @@ def test_unsupported_models_keep_transformers_forward():
 def test_the_decoder_layers_run_under_torchscript(weights):
     """Eager Python is only the fallback for a torch without TorchScript: here the layers must be scripted."""
     assert isinstance(tiny_packed("qwen2", torch.bfloat16, weights=weights).decoder, torch.jit.ScriptModule)
+
+
+# Lanes of a shared forward as (rows, cache length, first position): 1..8 rows, each over its own key count (64 to
+# 256), one cache shorter than another lane's keys (its keys padded with zeros in the batch).
+MIXED_LANES = [(1, 128, 70), (8, 256, 200), (3, 128, 5), (5, 256, 130)]
+
+
+def lanes_over_random_caches(model: PackedLlama, seed: int) -> list[Lane]:
+    """MIXED_LANES over caches holding random keys and values before each lane's first position; the same for a
+    seed whichever packing makes them."""
+    generator = torch.Generator().manual_seed(seed)
+    lanes = []
+    for rows, cache_len, start in MIXED_LANES:
+        cache = model.new_cache(cache_len)
+        for entries in (*cache.keys, *cache.values):
+            entries[:, :, :start] = torch.randn(entries[:, :, :start].shape, generator=generator).to(entries.dtype)
+        ids = torch.randint(0, VOCAB, (rows,), generator=generator)
+        lanes.append(Lane(ids, start, cache, StepConfig(8, cache_len).key_len(start)))
+    return lanes
+
+
+@torch.inference_mode()
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("arch", "overrides"), [("llama", {}), ("mistral", {"sliding_window": 8}), ("qwen2", {})])
+def test_batched_attention_gives_every_row_its_lane_by_lane_bits_alone_and_in_company(arch, overrides, dtype):
+    """The CUDA path (one SDPA call for every lane, BatchedDecoderLayers) forced on the CPU: each lane's logits
+    alone, as a batch of one, and in company equal lane-by-lane SDPA's for the lane alone."""
+    source = make_tiny_model(arch, DTYPES[dtype], seed=2, **overrides)
+    lane_by_lane = PackedLlama(source, lane_kernel=False, batched_attention=False, prefix_cache_bytes=0)
+    batched = PackedLlama(source, lane_kernel=False, batched_attention=True, prefix_cache_bytes=0)
+    assert (attention_name(batched), attention_name(lane_by_lane)) == ("batched", "sdpa")
+    expected = [lane_by_lane.forward_lanes([lane])[0] for lane in lanes_over_random_caches(lane_by_lane, seed=3)]
+    alone = [batched.forward_lanes([lane])[0] for lane in lanes_over_random_caches(batched, seed=3)]
+    together = batched.forward_lanes(lanes_over_random_caches(batched, seed=3))
+    assert [torch.equal(a, b) for a, b in zip(alone, expected, strict=True)] == [True] * len(MIXED_LANES)
+    assert [torch.equal(a, b) for a, b in zip(together, expected, strict=True)] == [True] * len(MIXED_LANES)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_batched_attention_llma_equals_its_greedy_and_lane_by_lane_greedy(dtype):
+    source = make_tiny_model("mistral", DTYPES[dtype], seed=4, sliding_window=8)
+    batched = PackedLlama(source, lane_kernel=False, batched_attention=True)
+    prompt = random_ids(seed=4, n=70)
+    for steps in (STEPS, replace(STEPS, padded=False)):
+        greedy = greedy_generate(batched, prompt, 40, steps=steps).tokens
+        lane_by_lane = PackedLlama(source, lane_kernel=False, batched_attention=False)
+        assert greedy_generate(lane_by_lane, prompt, 40, steps=steps).tokens == greedy
+        assert hostile_mismatches(batched, prompt, greedy, steps, seed=4) == []
 
 
 def test_a_block_past_the_packed_cache_or_across_a_granule_is_refused():
