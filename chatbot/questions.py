@@ -13,6 +13,8 @@ _INJECTION = re.compile(
     r"\b(?:ignore|disregard|forget|override)\b.{0,40}\b(?:instructions?|rules|prompt|guidelines|above|previous)\b"
     r"|\bsystem prompt\b|\bdeveloper mode\b|\bjailbreak\b|\bDAN\b|\bpretend (?:you(?:'re| are)|to be)\b"
     r"|\byou are now\b|\bact as (?:an? )?(?:admin|administrator|developer|root|system)\b"
+    r"|\bsystem (?:override|message|instruction)\b|\b(?:admin|agent|developer|god|sudo|debug) mode\b"
+    r"|\bmode (?:enabled|activated|on)\b|\bnew instructions?\b"
     r"|\b(?:reveal|print|show|repeat)\b.{0,30}\b(?:instructions|prompt|configuration|secrets?|api keys?)\b",
     re.I | re.S,
 )

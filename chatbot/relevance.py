@@ -15,11 +15,11 @@ from dataclasses import dataclass
 
 from .terms import Vocabulary, stems
 
-# Other companies' products customers name: a source that does not name one answers another question.
-PRODUCTS = ("dropbox", "google drive", "onedrive", "icloud", "box.com", "sharepoint", "gmail", "outlook", "slack",
-            "okta", "azure", "onelogin", "google workspace", "android", "iphone", "ipad", "windows", "linux",
-            "chromebook", "zoom", "paypal", "visa", "mastercard", "amex", "wetransfer",
-            "mega", "pcloud", "sync.com")
+# Other storage and sharing services customers name: a question about one of them that the help centre never
+# names is about another company's product. Tools customers mention in passing ("my gmail", "on my iPhone") are
+# words like any other.
+PRODUCTS = ("dropbox", "google drive", "onedrive", "icloud", "box.com", "sharepoint", "wetransfer", "mega.nz",
+            "pcloud", "sync.com", "tresorit", "idrive", "backblaze", "mediafire")
 
 # Opposite actions, each side a set of phrases. A question doing one side is not answered by a source whose
 # question does the other, nor by an article that never says its side.
@@ -33,6 +33,9 @@ OPPOSITES = (
     (("cancel", "downgrade"), ("restore", "reactivate", "renew", "upgrade")),
     (("share",), ("unshare", "stop sharing")),
     (("lock",), ("unlock",)),
+    (("require", "enforce", "force"),
+     ("un-require", "unrequire", "stop requiring", "stop forcing", "stop enforcing", "no longer require",
+      "remove the requirement")),
     (("restore", "recover", "undelete", "get back", "bring back"),
      ("delete permanently", "permanently delete", "gone for good", "delete forever", "for good", "empty trash",
       "empty the trash")),

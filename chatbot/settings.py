@@ -123,7 +123,7 @@ class ChatSettings:
     # curve); "off" (here; the app's default is "cut") checks nothing.
     check_replies: str = "off"
     sentence_overlap: float = 0.6
-    sentence_pairs: float = 0.3  # ... and this share of its consecutive content-word pairs
+    sentence_pairs: float = 0.4  # ... and this share of its consecutive content-word pairs
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_new_tokens < self.context_window:

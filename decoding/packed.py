@@ -502,7 +502,8 @@ class PackedLlama:
         """Logits of each lane's rows (T_i, V), or of its last row (1, V) with `last_only`.
 
         The layer products (q/k/v, o, gate/up, down, the head) run once over all lanes' rows stacked;
-        attention runs per lane over its own cache with exactly the keys it would attend alone. A forward
+        attention runs per lane over its own cache with exactly the keys it would attend alone, or for every lane
+        in one call, the padding masked (BatchedDecoderLayers: decode steps on CUDA). A forward
         of one lane is the single-reply forward, so a reply decoded alone and in company run the same code;
         that a row's products do not change with the stacked row count is measured (decoding/batch_probe.py).
         """

@@ -60,7 +60,10 @@ def stats_line(stats: ReplyStats) -> str:
 
 
 def ending_label(stats: ReplyStats) -> str:
-    """How the reply ended, when that is news: cut by the token limit, or where it began repeating itself."""
+    """How the reply ended, when that is news: cut at its last supported sentence, by the token limit, or where it
+    began repeating itself."""
+    if stats.outcome in ("cut", "staff text"):
+        return f"shown up to its last supported sentence ({stats.outcome_reason})"
     if stats.hit_limit:
         return f"⚠ stopped at the {stats.tokens}-token limit (the answer may be cut off)"
     if stats.stop_reason == "repetition":
@@ -149,8 +152,9 @@ def details_html(text: str, spans: Sequence[Span], stats: ReplyStats, references
         "everything copied was checked against the model's own choices.</p>"
     )
     if stats.handed_off:  # nothing was decoded, copied or looked up beyond the question
-        return (f"{highlighted_html(text, spans)}<p>Not decoded: no answer our support staff approved and no help "
-                "article covers this question, so the customer got the hand-off message. It is listed on the admin "
-                "Dashboard among the questions to write answers for.</p>")
+        why = html.escape(stats.outcome_reason or "no answer our support staff approved and no help article covers "
+                          "this question")
+        return (f"{highlighted_html(text, spans)}<p>Not decoded ({html.escape(stats.outcome)}): {why}. It is listed "
+                "on the admin Dashboard among the questions to write answers for.</p>")
     return f"{legend}{highlighted_html(text, spans)}{method_html(stats)}<h4>References</h4>{references}"
 

@@ -48,7 +48,6 @@ def test_the_dry_run_through_batched_attention_keeps_every_reply_equal_to_greedy
     assert {entry["status"] for entry in sections.values()} == {"ok"}
     assert {engine["attention"] for engine in sections["engines"]["result"].values()} == {"batched"}
     assert report["summary"]["bit_identical"] is True
-    assert sections["shared_forwards"]["result"]["slots"] == 8  # the probe found no row changed in company
 
 
 class DropsTheCache(torch.nn.Module):

@@ -44,6 +44,13 @@ def test_a_handed_off_reply_says_it_was_not_decoded_instead_of_a_speedup():
     assert "Not decoded" in panel and "Copied from" not in panel and "&lt;b&gt;" in panel
 
 
+def test_a_cut_reply_says_where_and_why():
+    line = fmt.stats_line(replace(STATS, outcome="cut", outcome_reason="sentence 2: '99 GB' is in no source"))
+    assert line.endswith("shown up to its last supported sentence (sentence 2: '99 GB' is in no source)")
+    declined = ReplyStats.for_hand_off(0.01, "declined", "tries to change the assistant's instructions")
+    assert "Not decoded (declined): tries to change" in fmt.details_html("No.", [], declined, "")
+
+
 def test_reply_markdown_puts_the_method_in_a_tooltip_escaped():
     bubble = fmt.reply_markdown("Hello", replace(STATS, speedup_method=EVIL), notice="old <b>turns</b> dropped")
     assert bubble.startswith('Hello\n\n<sub title="How the speedup was measured: &lt;script&gt;')
