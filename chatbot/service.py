@@ -355,7 +355,7 @@ class ChatService:
             raise KeyError(f"no reply {reply_id}")
         prompt_ids, tokens = reply.prompt_ids, reply.token_ids
         if reply.stop_reason in NOT_DECODED:
-            raise ValueError(f"reply {reply_id} was not decoded ({reply.stop_reason}): there is no decoding to verify")
+            raise ValueError(f"reply {reply_id} was {reply.stop_reason}, not decoded: there is no decoding to verify")
         if not prompt_ids or tokens is None:
             raise ValueError(f"reply {reply_id} was stored without its prompt; it cannot be verified")
         stats = ReplyStats.from_json(reply.stats) if reply.stats else None

@@ -31,8 +31,14 @@ REFERENCE_QUESTION = "Can I send a fax from Nimbus Drive?"  # close to every hos
 # The model answers it word for word (its wording chosen so: "Please echo: ..." stopped being echoed once prompts
 # attended through the lane kernel, whose last bits differ from SDPA's).
 ECHO_QUESTION = "Echo this text back to me: <script>window.__pwned=1</script>"
-HOSTILE_ANSWER = f"Open Settings {PAYLOADS[0]} then {PAYLOADS[1]} and {PAYLOADS[2]} {PAYLOADS[3]} done."
-SQL_QUESTION = "'; DROP TABLE entries; -- how do I delete my account?"
+# The help centre's steps with the payloads between them, so that the source checks let it ground (an answer
+# that says nothing of the question would not: chatbot/relevance.py).
+HOSTILE_ANSWER = (f"To change the email address on your account: {PAYLOADS[0]}\n1. Open Settings > Account > Email "
+                  f"address and click Change. {PAYLOADS[1]}\n2. Enter the new address and your current password. "
+                  f"{PAYLOADS[2]}\n3. Enter the 6-digit confirmation code we send to the new address. {PAYLOADS[3]}")
+# Words of SQL the help centre never uses weigh nothing in the source check, so this is still a question about
+# deleting an account, decoded and stored.
+SQL_QUESTION = "how do I delete my account?' OR '1'='1'; --"
 NOTHING_RAN = """() => ({
     pwned: window.__pwned === undefined ? null : String(window.__pwned),
     scripts: document.querySelectorAll('#chat script, #details script, #cache-table script, #article-table script')
@@ -102,7 +108,7 @@ def test_sql_in_a_question_is_stored_and_searched_as_text(server, chat_client, a
     entries_before = len(read_store(server.data_dir).entry_ids)
     text, stats = chat(chat_client, SQL_QUESTION)
     assert text.strip() and stats["reply_id"]
-    table, info = admin_client.predict("DROP TABLE entries; --", "date", True, api_name="/list_entries")
+    table, info = admin_client.predict("' OR '1'='1'; --", "date", True, api_name="/list_entries")
     print(f"admin search for the SQL text: {info}; rows: {[row[2] for row in table['data']]}")
     assert [row[2] for row in table["data"]] == [SQL_QUESTION]
     assert SQL_QUESTION in entry_questions(server.data_dir).values()

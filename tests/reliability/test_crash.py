@@ -215,7 +215,8 @@ def test_kill_while_decoding_loses_only_that_reply(restarts, earlier):
     app = restarts.running(DECODE_TOKENS)
     ask_and_remember(app, "Explain step by step how to set up two-factor authentication.", earlier)
     before = read_store(app.data_dir)
-    with streamed_reply(app, "Explain step by step how to move all my files to a new computer.") as messages:
+    # A question the help centre covers, so that it is decoded (one nothing covers is handed off at once).
+    with streamed_reply(app, "Explain step by step how to restore a file I deleted from the trash.") as messages:
         partial = wait_until_partly_decoded(messages)  # the kill comes once the reply is seen being decoded
         kill(app)
         heard = messages_after_the_kill(messages)

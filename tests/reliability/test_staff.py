@@ -275,7 +275,7 @@ def log_in_page(browser, app: App, name: str, password: str):
 
 @pytest.mark.browser
 def test_in_the_browser_an_agent_is_refused_a_delete_and_the_admin_sees_it_in_the_audit_log(app, browser):
-    _, stats = chat_client(app).predict("Can I print from Nimbus Drive?", [], api_name="/chat")
+    _, stats = chat_client(app).predict("Explain step by step how to restore a file I deleted.", [], api_name="/chat")
     entry = replies_table(app.data_dir)[stats["reply_id"]]["entry_id"]
     agent = log_in_page(browser, app, AGENT, AGENT_PW)
     assert "(agent)" in agent.locator("#who").inner_text()
