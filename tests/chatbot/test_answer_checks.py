@@ -137,9 +137,10 @@ def test_a_passage_is_the_closest_sentences_in_the_articles_order():
     assert best_passage(units, closeness).splitlines() == [units[1], units[4], units[7]]
 
 
-@pytest.mark.parametrize(
-    "question", [*load_eval_questions(), *load_eval_questions(DATA_DIR / "eval_answers_fresh.jsonl")], ids=lambda q: q.id
-)
+EVALUATION = [*load_eval_questions(), *load_eval_questions(DATA_DIR / "eval_answers_fresh.jsonl")]
+
+
+@pytest.mark.parametrize("question", EVALUATION, ids=lambda q: q.id)
 def test_every_evaluation_fact_is_in_the_help_centre(question):
     """The labels can be right: each fact a correct reply must hold is written in the help centre."""
     everything = " ".join([*ARTICLES.values(), *(a["answer"] for a in APPROVED)]).lower()
