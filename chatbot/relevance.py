@@ -107,7 +107,7 @@ def unknown_product(question: str, vocabulary: Vocabulary) -> str:
     company's product; "" when there is none. One it names (Okta, iPhone) is a word like any other."""
     asked = _padded(question)
     for name in PRODUCTS:
-        if f" {name} " in asked and not all(word in vocabulary.surface for word in name.split()):
+        if f" {name} " in asked and not vocabulary.mentions(name):
             return name
     return ""
 

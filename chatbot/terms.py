@@ -86,19 +86,25 @@ class Vocabulary:
     documents: int
     frequency: dict[str, int]
     surface: dict[str, str] = field(default_factory=dict)  # a used word -> its stem, for typo lookup
+    text: str = ""  # all of it, lowered, one space between words: for the names it mentions ("google drive")
 
     @classmethod
     def of(cls, texts: Iterable[str]) -> "Vocabulary":
         frequency: dict[str, int] = {}
         surface: dict[str, str] = {}
-        count = 0
+        count, lowered = 0, []
         for text in texts:
             count += 1
+            lowered.append(" ".join(text.lower().split()))
             for word in set(content_words(text)):
                 surface[word] = stem(word)
             for term in stems(text):
                 frequency[term] = frequency.get(term, 0) + 1
-        return cls(count, frequency, surface)
+        return cls(count, frequency, surface, "\n".join(lowered))
+
+    def mentions(self, name: str) -> bool:
+        """Whether the help centre names `name` anywhere (a phrase, lowered)."""
+        return f" {name} " in f" {self.text} "
 
     def known(self, term: str) -> bool:
         return term in self.frequency

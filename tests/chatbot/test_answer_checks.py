@@ -50,6 +50,9 @@ def test_a_product_the_help_centre_never_names_fails_every_source():
     verdict = check_source("how do I connect nimbus to dropbox?", answer["answer"], VOCABULARY, COVERAGE, 0.9,
                            source_question=answer["question"])
     assert not verdict.answers and "dropbox" in verdict.reason
+    sync = ARTICLES["sync-troubleshooting"]
+    assert "google drive" in check_source("my google drive desktop app keeps saying unable to sync", sync, VOCABULARY,
+                                          COVERAGE, 0.9).reason  # "Google" and "Drive" alone it uses
     okta = approved("How do I set up single sign-on with Okta?")
     assert check_source("our company needs SSO with Okta, how do we set it up?", okta["answer"], VOCABULARY,
                         COVERAGE, FAR, source_question=okta["question"]).answers
