@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from cache import AnswerCache, Embedder, NewAnswer, NewReply
-from cache.records import ANSWERED, CUT, DECLINED, HANDED_OFF, NOT_DECODED, STAFF_TEXT, Hit
+from cache.records import ANSWERED, CUT, HANDED_OFF, NOT_DECODED, Hit
 from decoding import (
     AUTO,
     DEFAULT_PREFIX_CACHE_BYTES,
@@ -49,14 +49,11 @@ from .prompt import InputError, clean_text
 from .replies import Reply, ReplyReferences, Verification
 from .seed import Seed, seed_help_centre
 from .settings import ChatSettings
+from .shown import shown_after_check, shown_undecoded
 from .stats import ReplyStats
-from .support import Passage, ReplyCheck, Sources
+from .support import ReplyCheck, Sources
 from .turn import ChatTurn, TurnPlanner, Unanswered
 from .warm import WARM_SHARE, prompt_beginnings
-
-# What a message that tries to change the assistant's instructions gets, not decoded.
-DECLINE_MESSAGE = ("I can't change how I work or share my instructions. I can help with questions about your Nimbus "
-                   "Drive account, files, sharing and billing.")
 
 
 class ChatService:
@@ -256,15 +253,9 @@ class ChatService:
         """Store the answer and the served reply; return the final Reply: the whole reply, or its prefix up to the
         last supported sentence followed by staff's text, or staff's text alone, or the hand-off."""
         text = self._text(result.tokens)
-        model_text, staff_text, outcome = text, "", ANSWERED
-        if check.cut:
-            model_text = text[: check.shown_end].rstrip()
-            staff_text = self._offer(turn.passage, cut=bool(model_text))
-            outcome = CUT if model_text else STAFF_TEXT if turn.passage else HANDED_OFF
-        reason = f"sentence {len(check.checked)}: {check.failed.reason}" if check.failed else ""
-        stats = replace(self.meter.stats(turn, result, timer, exact_hit, sharing), outcome=outcome,
-                        outcome_reason=reason if check.cut else "",
-                        sentences=tuple(asdict(sentence) for sentence in check.checked))
+        shown = shown_after_check(text, check, turn.passage, self.settings.handoff_message)
+        stats = replace(self.meter.stats(turn, result, timer, exact_hit, sharing), outcome=shown.outcome,
+                        outcome_reason=shown.reason, sentences=tuple(asdict(sentence) for sentence in check.checked))
         entry_id = self.cache.add_answer(
             NewAnswer(
                 question=turn.question, answer=text, answer_ids=list(result.tokens), model_id=self.model_id,
@@ -276,20 +267,16 @@ class ChatService:
         self.cache.mark_used(used_entries(turn, result))
         if not exact_hit:
             self._suggest_wordings(turn)
-        shown = "\n\n".join(part for part in (model_text, staff_text) if part)
-        reply_id = self._record(turn, entry_id, shown, stats, result.tokens, exact_hit)
-        spans = [span for span in copied_spans(turn, result, self._text) if span.start < len(model_text)]
-        notice = turn.notice(stats.followed_share) if outcome in (ANSWERED, CUT) else ""
-        return Reply(text=shown, stats=stats, done=True, id=reply_id, spans=spans, notice=notice,
-                     model_text=model_text, staff_text=staff_text)
+        reply_id = self._record(turn, entry_id, shown.text, stats, result.tokens, exact_hit)
+        spans = [span for span in copied_spans(turn, result, self._text) if span.start < len(shown.model_text)]
+        notice = turn.notice(stats.followed_share) if shown.outcome in (ANSWERED, CUT) else ""
+        return Reply(text=shown.text, stats=stats, done=True, id=reply_id, spans=spans, notice=notice,
+                     model_text=shown.model_text, staff_text=shown.staff_text)
 
     def _not_decoded(self, turn: Unanswered, seconds: float) -> Reply:
         """The decline, staff's text or the hand-off message instead of a decoded reply, stored as a served reply
         that nothing backed, so that staff see the question among those to write answers for (the Dashboard)."""
-        if turn.outcome == STAFF_TEXT:
-            text = self._offer(turn.passage, cut=False)
-        else:
-            text = DECLINE_MESSAGE if turn.outcome == DECLINED else self.settings.handoff_message
+        text = shown_undecoded(turn.outcome, turn.reason, turn.passage, self.settings.handoff_message).text
         stats = ReplyStats.for_hand_off(seconds, turn.outcome, turn.reason)
         reply_id = self.cache.record_reply(
             NewReply(question=turn.question, answer=text, stats=stats.to_json(), seconds=seconds,
@@ -297,16 +284,6 @@ class ChatService:
                      outcome_reason=turn.reason)
         )
         return Reply(text=text, stats=stats, done=True, id=reply_id, staff_text=text)
-
-    def _offer(self, passage: Passage | None, cut: bool) -> str:
-        """Staff's text shown as such: the matching passage of the help article, or the hand-off message."""
-        if passage is None:
-            return self.settings.handoff_message
-        lead = "I can't confirm more than that. " if cut else ""
-        quoted = "\n".join(f"> {line}" for line in passage.text.splitlines())
-        if passage.source.startswith("answer:"):
-            return f"{lead}Our support team's answer to \u201c{passage.title}\u201d:\n\n{quoted}"
-        return f"{lead}From our help article \u201c{passage.title}\u201d:\n\n{quoted}"
 
     def _suggest_wordings(self, turn: ChatTurn) -> None:
         """The question becomes a suggested wording of each approved answer the check accepted for it. It

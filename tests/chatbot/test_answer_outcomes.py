@@ -8,7 +8,7 @@ import pytest
 
 from cache.records import ANSWERED, CUT, DECLINED, HANDED_OFF, OUTCOMES, STAFF_TEXT
 from chatbot import ChatService, ChatSettings
-from chatbot.service import DECLINE_MESSAGE
+from chatbot.shown import DECLINE_MESSAGE
 from data import DATA_DIR
 from decoding import Engine
 from tests.chatbot.test_service import CPU_CURVE, MODEL_ID
