@@ -211,7 +211,7 @@ class TurnPlanner:
 
     def grounds_for(self, asked: str) -> Grounds:
         """Retrieve the article and approved answers for `asked`; with the source checks on, keep only those that
-        answer it (chatbot/relevance.py), the runner-up article tried when the first fails."""
+        answer it (chatbot/relevance.py), the article found by its own vector tried when the picked one fails."""
         found = self.find_article(asked)  # by the article's own vector: the consistency check's evidence
         matches = self.approved_matches(asked)
         article = self.pick_article(matches, found)
@@ -219,27 +219,39 @@ class TurnPlanner:
                                   grounding_policy(self.settings))
         if not self.settings.check_sources:
             return Grounds(article, choice, asked)
+        article, article_rejects = self.answering_article(asked, matches, article, found)
+        kept, answer_rejects = self.answering_approved(asked, choice.matched)
+        choice = replace(choice, grounding=[h for h in choice.grounding if h.id in kept],
+                         references=[h for h in choice.references if h.id in kept])
+        return Grounds(article, choice, asked, (*article_rejects, *answer_rejects))
+
+    def answering_article(
+        self, asked: str, matches: list[Hit], *candidates: ArticlePick | None
+    ) -> tuple[ArticlePick | None, list[str]]:
+        """The first candidate article that answers `asked` (its retrieval score the better of its own and of an
+        approved match written from it), and why the ones before it did not."""
         vocabulary, least = self.words.vocabulary(), source_coverage(self.settings)
-        rejected: list[str] = []
-        answering = None
-        for candidate in first_of_each(article, found):
+        rejected = []
+        for candidate in first_of_each(*candidates):
             score = max([candidate.score, *(m.score for m in matches if candidate.id in m.article_ids)])
             verdict = check_source(asked, candidate.text, vocabulary, least, score)
             if verdict.answers:
-                answering = candidate
-                break
+                return candidate, rejected
             rejected.append(f"article {candidate.id!r} {verdict.reason}")
-        kept = []
-        for hit in choice.matched:
+        return None, rejected
+
+    def answering_approved(self, asked: str, matched: list[Hit]) -> tuple[set[int], list[str]]:
+        """The ids of the approved answers that answer `asked`, and why the others do not."""
+        vocabulary, least = self.words.vocabulary(), source_coverage(self.settings)
+        kept, rejected = set(), []
+        for hit in matched:
             verdict = check_source(asked, hit.answer, vocabulary, least, hit.score, source_question=hit.question)
             elsewhere = self.asks_beyond(asked, hit) if verdict.answers else ""
             if verdict.answers and not elsewhere:
-                kept.append(hit.id)
+                kept.add(hit.id)
             else:
                 rejected.append(f"approved answer {hit.id} {elsewhere or verdict.reason}")
-        choice = replace(choice, grounding=[h for h in choice.grounding if h.id in kept],
-                         references=[h for h in choice.references if h.id in kept])
-        return Grounds(answering, choice, asked, tuple(rejected))
+        return kept, rejected
 
     def asks_beyond(self, asked: str, hit: Hit) -> str:
         """Why the question asks what its approved answer does not say, or "": a sentence of the answer's article
