@@ -27,7 +27,6 @@ import random
 import re
 import sys
 import tempfile
-import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -58,6 +57,7 @@ from decoding import (
 )
 from decoding.cost_model import measure_company
 from decoding.hardware import device_name, synchronize
+from decoding.threads import run_at_once
 
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLED_CONFIG = ROOT / "models" / "SmolLM2-135M-Instruct" / "config.json"
@@ -203,24 +203,9 @@ def first_difference(a: list[int], b: list[int]) -> int | None:
                 min(len(a), len(b)))
 
 
-def run_at_once(tasks: list[Callable[[], object]], wait_s: float) -> list:
-    """Each task in a daemon thread of its own, all started together; what each returned, or what it raised.
-    Raises if one still runs after `wait_s` (a daemon thread does not keep the process from ending)."""
-    outcomes: list = [None] * len(tasks)
-
-    def run(i: int) -> None:
-        try:
-            outcomes[i] = tasks[i]()
-        except BaseException as error:  # handed back to the caller
-            outcomes[i] = error
-
-    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(len(tasks))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(wait_s)
-    if any(thread.is_alive() for thread in threads):
-        raise TimeoutError(f"replies still decoding after {wait_s} s")
+def run_all_at_once(tasks: list[Callable[[], object]], wait_s: float) -> list:
+    """What each task returned, all run at once (decoding.threads.run_at_once); the first error raised again."""
+    outcomes = run_at_once(tasks, wait_s)
     errors = [outcome for outcome in outcomes if isinstance(outcome, BaseException)]
     if errors:
         raise errors[0]
@@ -302,7 +287,7 @@ def shared_forwards(run: ShapeRun) -> dict:
 
     scheduler = open_scheduler(engine, run.plan.replies)
     try:
-        replies = run_at_once([lambda i=i: together(i, scheduler) for i in range(len(prompts))], WAIT_S)
+        replies = run_all_at_once([lambda i=i: together(i, scheduler) for i in range(len(prompts))], WAIT_S)
     finally:
         scheduler.close()
     differing = [i for i, (a, b) in enumerate(zip(replies, alone, strict=True)) if a != b]
@@ -411,7 +396,7 @@ def concurrency(run: ShapeRun) -> dict:
     def at_once(scheduler: Scheduler) -> list[list[int]]:
         tasks = [lambda i=i: scheduled_greedy(scheduler, prompts[i], LlmaOptions(n_new), steps[i], sharings[i]).tokens
                  for i in range(len(prompts))]
-        return run_at_once(tasks, WAIT_S)
+        return run_all_at_once(tasks, WAIT_S)
 
     scheduler = open_scheduler(engine, run.plan.replies)
     try:

@@ -16,7 +16,7 @@ from pathlib import Path
 from sqlalchemy import Engine
 from sqlalchemy.orm import sessionmaker
 
-from cache import deployment
+from cache import changes, deployment
 from cache.answer_vectors import AnswerVectors
 from cache.article_vectors import ArticleVectors
 from cache.articles import Articles
@@ -228,6 +228,12 @@ class AnswerCache:
 
     def list_articles(self) -> list[ArticleRecord]:
         return self._articles.list_all()
+
+    def change_number(self) -> int:
+        """The number of the newest change to entries or articles any replica committed: equal numbers, equal
+        help centre (one small read)."""
+        with self._backend.sessions() as session:
+            return changes.latest(session)
 
     def similarities(self, question: str, texts: Sequence[str]) -> list[float]:
         """The cosine of `question` to each of `texts` (sentences of an article, say), the texts' vectors kept."""

@@ -50,18 +50,18 @@ def reads_as_follow_up(message: str) -> bool:
 
 
 class HelpCentreWords:
-    """The help centre's vocabulary (articles and approved answers), rebuilt when staff change either."""
+    """The help centre's vocabulary (articles and approved answers), read again only after the cache changed."""
 
     def __init__(self, cache: AnswerCache) -> None:
         self.cache = cache
-        self._key: tuple = ()
+        self._change = -1
         self._vocabulary = Vocabulary(0, {})
 
     def vocabulary(self) -> Vocabulary:
-        articles = self.cache.list_articles()
-        approved = self.cache.list_entries(review="approved", limit=100_000).entries
-        key = (tuple((a.id, a.updated_at) for a in articles), tuple((e.id, e.updated_at) for e in approved))
-        if key != self._key:
+        change = self.cache.change_number()
+        if change != self._change:
+            articles = self.cache.list_articles()
+            approved = self.cache.list_entries(review="approved", limit=100_000).entries
             texts = [f"{a.title}\n{a.body}" for a in articles] + [f"{e.question}\n{e.answer}" for e in approved]
-            self._vocabulary, self._key = Vocabulary.of(texts), key
+            self._vocabulary, self._change = Vocabulary.of(texts), change
         return self._vocabulary

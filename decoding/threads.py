@@ -109,3 +109,24 @@ def in_passing_thread(run: Callable[[], T]) -> T:
         raise value
     return value
 
+
+
+def run_at_once(tasks: list[Callable[[], object]], wait_s: float) -> list:
+    """Each task in a daemon thread of its own, all started together; what each returned, or what it raised.
+    Raises TimeoutError if one still runs after `wait_s` (a daemon thread does not keep the process from ending)."""
+    outcomes: list = [None] * len(tasks)
+
+    def run(i: int) -> None:
+        try:
+            outcomes[i] = tasks[i]()
+        except BaseException as error:  # handed back to the caller
+            outcomes[i] = error
+
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(len(tasks))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(wait_s)
+    if any(thread.is_alive() for thread in threads):
+        raise TimeoutError(f"tasks still running after {wait_s} s")
+    return outcomes

@@ -6,7 +6,8 @@ would make OpenMP threads wait on each other. One thread per process keeps every
 """
 
 import os
-import threading
+
+from decoding import threads
 
 WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 TEST_THREADS = max(1, min(2, (os.cpu_count() or 1) // WORKERS))
@@ -16,18 +17,7 @@ def run_at_once(tasks: list, wait_s: float) -> list:
     """Each task (a callable) in its own thread, all started together; what each returned, or what it raised.
 
     Fails the test, instead of hanging it, when a task is still running after `wait_s`."""
-    outcomes: list = [None] * len(tasks)
-
-    def run(i: int) -> None:
-        try:
-            outcomes[i] = tasks[i]()
-        except BaseException as error:  # handed back to the test thread
-            outcomes[i] = error
-
-    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(len(tasks))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(wait_s)
-    assert not any(thread.is_alive() for thread in threads), f"tasks still running after {wait_s} s"
-    return outcomes
+    try:
+        return threads.run_at_once(tasks, wait_s)
+    except TimeoutError as timeout:
+        raise AssertionError(str(timeout)) from None
