@@ -185,8 +185,7 @@ class ChatService:
         start = time.perf_counter()
         turn = self.planner.plan(question, history, session_id)
         if isinstance(turn, ChatTurn) and turn.uncovered and self.settings.uncovered == "hand-off":
-            reason = "; ".join(turn.rejected) or "no approved answer or help article covers this question"
-            turn = Unanswered(turn.question, turn.session_id, HANDED_OFF, reason)
+            turn = Unanswered(turn.question, turn.session_id, HANDED_OFF, turn.why_uncovered())
         if isinstance(turn, Unanswered):
             yield self._not_decoded(turn, time.perf_counter() - start)
             return

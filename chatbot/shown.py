@@ -7,6 +7,8 @@ from cache.records import ANSWERED, CUT, DECLINED, HANDED_OFF, STAFF_TEXT
 
 from .support import Passage, ReplyCheck
 
+# Why a question gets the hand-off when no check names a source it failed.
+NOTHING_COVERS = "no approved answer or help article covers this question"
 # What a message that tries to change the assistant's instructions gets, not decoded.
 DECLINE_MESSAGE = ("I can't change how I work or share my instructions. I can help with questions about your Nimbus "
                    "Drive account, files, sharing and billing.")

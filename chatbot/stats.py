@@ -5,6 +5,8 @@ from dataclasses import asdict, dataclass, field
 from cache.records import ANSWERED, HANDED_OFF, NOT_DECODED
 from decoding import ONE_TOKEN_STEPS, REPETITION_OFF, RepetitionRule, StepConfig
 
+from .shown import NOTHING_COVERS
+
 
 @dataclass(frozen=True)
 class ReferenceUse:
@@ -99,7 +101,7 @@ class ReplyStats:
     @classmethod
     def for_hand_off(cls, seconds: float, outcome: str = HANDED_OFF, reason: str = "") -> "ReplyStats":
         """A reply not decoded (handed off, declined, or staff's text), which took `seconds` to decide that."""
-        why = reason or "no approved answer or help article covers this question"
+        why = reason or NOTHING_COVERS
         return cls(tokens=0, forward_passes=0, copied_tokens=0, seconds=seconds, tokens_per_second=0.0,
                    greedy_seconds_estimate=0.0, speedup=1.0, exact_hit=False, copied_share=0.0,
                    speedup_method=f"not decoded: {why}", tokens_per_forward_pass=None, finished=True,

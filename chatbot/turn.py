@@ -25,6 +25,7 @@ from .prompt import (
 from .questions import HelpCentreWords, declined, needs_sum, reads_as_follow_up
 from .relevance import Coverage, check_source
 from .settings import GROUNDING_REVIEWS, ChatSettings
+from .shown import NOTHING_COVERS
 from .support import Passage, best_passage, priced_passage, text_sentences
 
 # Shown under a reply that no staff-approved answer backs. The 135M model answers a question nothing covers as
@@ -79,10 +80,6 @@ class Grounds:
     def covered(self) -> bool:
         return self.article is not None or bool(self.choice.matched)
 
-    def reason(self) -> str:
-        """Why nothing grounds the question, for staff."""
-        return "; ".join(self.rejected) or "no approved answer or help article covers this question"
-
 
 @dataclass(frozen=True)
 class Unanswered:
@@ -134,6 +131,10 @@ class ChatTurn:
     def reference_id(self, source: int) -> int | None:
         """The cache entry behind a copied run's source index; None for the prompt or the reply itself."""
         return self.references[source].id if 0 <= source < len(self.references) else None
+
+    def why_uncovered(self) -> str:
+        """Why nothing grounds the question, for staff: the source checks that failed, if any ran."""
+        return "; ".join(self.rejected) or NOTHING_COVERS
 
     @property
     def uncovered(self) -> bool:
