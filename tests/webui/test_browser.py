@@ -19,8 +19,11 @@ EVIL_ANSWER = (
     'Reset steps <script>window.__xss = "script"</script> <img src=x onerror="window.__xss = \'img\'"> '
     '[click me](javascript:window.__xss="link")'
 )
-EVIL_QUESTION = '<img src=x onerror="window.__xss = 1"> Can I print from Nimbus Drive? [x](javascript:window.__xss=2)'
-LONG_CONTEXT = "Some context: I print invoices, photos and shared documents from the desktop app every day. " * 40
+# A question the help centre covers, so that it is decoded whatever other tests did to the shared server's cache (one
+# nothing covers is handed off at once, and then there is nothing to stop).
+EVIL_QUESTION = ('<img src=x onerror="window.__xss = 1"> How do I restore a file I deleted from the trash? '
+                 "[x](javascript:window.__xss=2)")
+LONG_CONTEXT = "Some context: I delete old invoices, photos and shared documents from my trash every day. " * 40
 NOTHING_RAN = """() => ({
     xss: window.__xss === undefined ? null : String(window.__xss),
     scripts: document.querySelectorAll('#chat script, #details script, #cache-table script').length,
@@ -95,7 +98,7 @@ def test_stop_keeps_nothing_and_hostile_question_stays_text(browser, server, adm
     assert "<img src=x onerror=" in page.locator("#chat").inner_text()  # shown as typed
     assert page.evaluate(NOTHING_RAN) == {"xss": None, "scripts": 0, "handlers": 0, "js_links": 0}
     page.close()
-    assert entry_rows(admin_client, "Can I print from Nimbus Drive") == []
+    assert entry_rows(admin_client, "How do I restore a file I deleted from the trash?") == []
 
 
 def test_empty_question_shows_a_warning_and_stays_out_of_the_chat(browser, server):
