@@ -9,13 +9,15 @@
 // one-row query unlike the same row among others, and its sums change with the key count). Prompt chunks attend
 // through it too (PackedLlama.prefill_attention).
 // Built on the machine at first use (decoding/lane_kernel.py) with -march=native: AVX-512 where the CPU has it,
-// plain loops elsewhere; a build is one fixed rule, so a deployment's replies do not change while it runs.
+// else AVX2 (16 lanes in two registers, the AVX-512 path's operations lane for lane: the same bits), plain loops
+// elsewhere; a build is one fixed rule, so a deployment's replies do not change while it runs.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 #include <cmath>
 #include <cstring>
 #include <cstdint>
+#include <string>
 #include <vector>
 #include <algorithm>
 
@@ -57,19 +59,26 @@ inline float dot(const float* q, const T* k, int64_t dim) {
 }
 
 
-#if defined(__AVX512F__)
+#if defined(LLMA_VEC16)
+using llma_lanes::Vec16;
+using llma_lanes::add16;
+using llma_lanes::fmadd16;
+using llma_lanes::fnmadd16;
 using llma_lanes::load16;
+using llma_lanes::mul16;
+using llma_lanes::set16;
+using llma_lanes::store16;
 #endif
 
 // One query row's score against one key: the same operations in the same order on every path, so a row's
 // bits never depend on which rows share its call.
 template <typename T>
 inline float score(const float* q, const T* k, int64_t dim) {
-#if defined(__AVX512F__)
+#if defined(LLMA_VEC16)
   if (dim % 16 == 0) {
-    __m512 s = _mm512_mul_ps(load16(q), load16(k));
-    for (int64_t d = 16; d < dim; d += 16) s = _mm512_fmadd_ps(load16(q + d), load16(k + d), s);
-    return _mm512_reduce_add_ps(s);
+    Vec16 s = mul16(load16(q), load16(k));
+    for (int64_t d = 16; d < dim; d += 16) s = fmadd16(load16(q + d), load16(k + d), s);
+    return llma_lanes::reduce_add16(s);
   }
 #endif
   return dot(q, k, dim);
@@ -78,7 +87,7 @@ inline float score(const float* q, const T* k, int64_t dim) {
 constexpr int kChunk = 4;  // a lone lane's rows are cut into tasks of at least this many (run)
 constexpr int kValueRows = 6;  // query rows that share each loaded value: 24 of the 32 AVX-512 registers
 
-#if defined(__AVX512F__)
+#if defined(LLMA_AVX512)
 // The 16 lane sums of 16 keys' scores (s[j]: key j's products, summed lane by lane) reduced to one float each,
 // key j in lane j, by exactly the additions _mm512_reduce_add_ps makes for one key (lanes i + i+8, then i + i+4,
 // then T[0] + T[2] and T[1] + T[3], then those two; GCC's avx512fintrin.h), in the same pairs and order. So a
@@ -113,41 +122,89 @@ inline __m512 scores16(const float* q, const float* kf) {
 }
 #endif
 
-#if defined(__AVX512F__)
-inline __m512 exp16(__m512 x) {  // exp_nonpositive, 16 at a time
-  x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
-  __m512 n = _mm512_roundscale_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), _mm512_set1_ps(0.5f)),
-                                  _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
-  __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-  return _mm512_mul_ps(y, _mm512_castsi512_ps(bits));
+#if defined(LLMA_AVX2)
+// The 8 lane sums u[j] (key j's products, lanes 0-7 + lanes 8-15) reduced to one float each, key j in lane j, by
+// the additions reduce_add16 makes after its first (upper 4 + lower 4, then lanes 0 + 2 and 1 + 3, then those
+// two), in the same pairs and order: the bits `score` gives, as reduce16 does for AVX-512.
+inline __m256 reduce8(const __m256* u) {
+  __m256 v[4], w[2];
+  for (int m = 0; m < 4; ++m)  // key 2m in lanes 0-3, key 2m+1 in lanes 4-7: upper 4 + lower 4
+    v[m] = _mm256_add_ps(_mm256_permute2f128_ps(u[2 * m], u[2 * m + 1], 0x31),
+                         _mm256_permute2f128_ps(u[2 * m], u[2 * m + 1], 0x20));
+  for (int r = 0; r < 2; ++r)  // keys 4r, 4r+2 in lanes 0-3, 4r+1, 4r+3 in 4-7: (T[0] + T[2], T[1] + T[3]) each
+    w[r] = _mm256_add_ps(_mm256_shuffle_ps(v[2 * r], v[2 * r + 1], 0x44),
+                         _mm256_shuffle_ps(v[2 * r], v[2 * r + 1], 0xEE));
+  // keys 0, 2, 4, 6 in lanes 0-3 and 1, 3, 5, 7 in lanes 4-7: T[0] + T[1] each
+  const __m256 z = _mm256_add_ps(_mm256_shuffle_ps(w[0], w[1], 0x88), _mm256_shuffle_ps(w[0], w[1], 0xDD));
+  return _mm256_permutevar8x32_ps(z, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+// One query row's scores against 8 keys (kf: 8 rows of Dim floats), as `score` computes each (Dim % 16 == 0);
+// 4 keys at a time, so their 8 registers of sums and the query's fit the 16 AVX2 registers.
+template <int64_t Dim>
+inline __m256 scores8(const float* q, const float* kf) {
+  __m256 u[8];
+  for (int half = 0; half < 2; ++half) {
+    const float* kh = kf + half * 4 * Dim;
+    Vec16 s[4];
+    const Vec16 q0 = load16(q);
+    for (int j = 0; j < 4; ++j) s[j] = mul16(q0, load16(kh + j * Dim));
+    for (int64_t d = 16; d < Dim; d += 16) {
+      const Vec16 qd = load16(q + d);
+      for (int j = 0; j < 4; ++j) s[j] = fmadd16(qd, load16(kh + j * Dim + d), s[j]);
+    }
+    for (int j = 0; j < 4; ++j) u[4 * half + j] = _mm256_add_ps(s[j].hi, s[j].lo);
+  }
+  return reduce8(u);
+}
+#endif
+
+#if defined(LLMA_AVX512)
+inline __m512 floor16(__m512 x) { return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC); }
+// 2^n for whole numbers n in float, from the exponent bits
+inline __m512 pow2_16(__m512 n) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23));
+}
+#elif defined(LLMA_AVX2)
+inline Vec16 floor16(Vec16 x) { return {_mm256_floor_ps(x.lo), _mm256_floor_ps(x.hi)}; }
+inline __m256 pow2_8(__m256 n) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
+}
+inline Vec16 pow2_16(Vec16 n) { return {pow2_8(n.lo), pow2_8(n.hi)}; }
+#endif
+
+#if defined(LLMA_VEC16)
+inline Vec16 exp16(Vec16 x) {  // exp_nonpositive, 16 at a time
+  x = llma_lanes::max16(x, set16(-87.0f));
+  Vec16 n = floor16(fmadd16(x, set16(1.44269504088896341f), set16(0.5f)));
+  Vec16 r = fnmadd16(n, set16(0.693359375f), x);
+  r = fmadd16(n, set16(2.12194440e-4f), r);
+  Vec16 p = set16(1.9875691500e-4f);
+  p = fmadd16(p, r, set16(1.3981999507e-3f));
+  p = fmadd16(p, r, set16(8.3334519073e-3f));
+  p = fmadd16(p, r, set16(4.1665795894e-2f));
+  p = fmadd16(p, r, set16(1.6666665459e-1f));
+  p = fmadd16(p, r, set16(5.0000001201e-1f));
+  Vec16 y = add16(fmadd16(p, mul16(r, r), r), set16(1.0f));
+  return mul16(y, pow2_16(n));
 }
 #endif
 
 // Softmax weights of one row's scores sc[0..n) in place (n rounded up to 16 is writable); returns their sum.
 inline float softmax_weights(float* sc, int64_t n) {
-#if defined(__AVX512F__)
+#if defined(LLMA_VEC16)
   const int64_t padded = (n + 15) / 16 * 16;
   for (int64_t i = n; i < padded; ++i) sc[i] = -INFINITY;
-  __m512 mx = _mm512_set1_ps(-INFINITY);
-  for (int64_t i = 0; i < padded; i += 16) mx = _mm512_max_ps(mx, _mm512_loadu_ps(sc + i));
-  const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
-  __m512 total = _mm512_setzero_ps();
+  Vec16 mx = set16(-INFINITY);
+  for (int64_t i = 0; i < padded; i += 16) mx = llma_lanes::max16(mx, load16(sc + i));
+  const Vec16 m = set16(llma_lanes::reduce_max16(mx));
+  Vec16 total = llma_lanes::zero16();
   for (int64_t i = 0; i < padded; i += 16) {
-    __mmask16 keep = i + 16 <= n ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1);
-    __m512 p = _mm512_maskz_mov_ps(keep, exp16(_mm512_sub_ps(_mm512_loadu_ps(sc + i), m)));
-    _mm512_storeu_ps(sc + i, p);
-    total = _mm512_add_ps(total, p);
+    const Vec16 p = llma_lanes::keep_first16(exp16(llma_lanes::sub16(load16(sc + i), m)), std::min<int64_t>(16, n - i));
+    store16(sc + i, p);
+    total = add16(total, p);
   }
-  return _mm512_reduce_add_ps(total);
+  return llma_lanes::reduce_add16(total);
 #else
   float mx = -INFINITY;
   for (int64_t i = 0; i < n; ++i) mx = sc[i] > mx ? sc[i] : mx;
@@ -160,10 +217,10 @@ inline float softmax_weights(float* sc, int64_t n) {
 // acc (dim) += w * v (dim): the same operations for a row on every path.
 template <typename T>
 inline void add_weighted(float* acc, float w, const T* v, int64_t dim) {
-#if defined(__AVX512F__)
+#if defined(LLMA_VEC16)
   if (dim % 16 == 0) {
-    const __m512 wv = _mm512_set1_ps(w);
-    for (int64_t d = 0; d < dim; d += 16) _mm512_storeu_ps(acc + d, _mm512_fmadd_ps(wv, load16(v + d), _mm512_loadu_ps(acc + d)));
+    const Vec16 wv = set16(w);
+    for (int64_t d = 0; d < dim; d += 16) store16(acc + d, fmadd16(wv, load16(v + d), load16(acc + d)));
     return;
   }
 #endif
@@ -195,7 +252,7 @@ inline void trim_scratch() {
   }
 }
 
-#if defined(__AVX512F__)
+#if defined(LLMA_AVX512)
 // Rows' scores 16 keys at a time, the keys widened to floats once for all rows (scores16).
 template <int64_t Dim, typename T>
 void row_scores16(const float* q, int64_t n_q, const int64_t* lo, const int64_t* hi, int64_t lo_all, int64_t hi_all,
@@ -217,6 +274,30 @@ void row_scores16(const float* q, int64_t n_q, const int64_t* lo, const int64_t*
 }
 #endif
 
+#if defined(LLMA_AVX2)
+// Rows' scores 8 keys at a time, the keys widened to floats once for all rows (scores8).
+template <int64_t Dim, typename T>
+void row_scores8(const float* q, int64_t n_q, const int64_t* lo, const int64_t* hi, int64_t lo_all, int64_t hi_all,
+                 int64_t span, const T* kc, float* scores) {
+  alignas(32) float kf[8 * Dim];
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  for (int64_t b = lo_all; b < hi_all; b += 8) {
+    const int64_t nb = std::min<int64_t>(8, hi_all - b);
+    for (int64_t j = 0; j < 8; ++j)
+      for (int64_t d = 0; d < Dim; d += 16) store16(kf + j * Dim + d, j < nb ? load16(kc + (b + j) * Dim + d)
+                                                                             : llma_lanes::zero16());
+    for (int64_t a = 0; a < n_q; ++a) {
+      const int64_t from = std::max(b, lo[a]), to = std::min(b + 8, hi[a]);
+      if (from >= to) continue;
+      // lanes from-b .. to-b of this block are row a's keys; it stores them at its offsets i - lo[a]
+      const __m256i keep = _mm256_and_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(int32_t(to - b)), lane),
+                                            _mm256_cmpgt_epi32(lane, _mm256_set1_epi32(int32_t(from - b) - 1)));
+      _mm256_maskstore_ps(scores + a * span + (b - lo[a]), keep, scores8<Dim>(q + a * Dim, kf));
+    }
+  }
+}
+#endif
+
 template <typename T>
 void row_scores_key_by_key(const float* q, int64_t n_q, int64_t dim, const int64_t* lo, const int64_t* hi,
                            int64_t span, const T* kc, float* scores) {
@@ -225,19 +306,22 @@ void row_scores_key_by_key(const float* q, int64_t n_q, int64_t dim, const int64
 }
 
 // The scores of n_q query rows (q: n_q x dim floats) against their keys: row a's against keys lo[a]..hi[a] at
-// scores[a * span ..]. With AVX-512 and a head size of 64 or 128, 16 keys at a time (row_scores16); else key by
-// key (score). Both give every score the same bits.
+// scores[a * span ..]. With a head size of 64 or 128, 16 keys at a time on AVX-512 (row_scores16), 8 on AVX2
+// (row_scores8); else key by key (score). All give every score the same bits.
 template <typename T>
 void row_scores(const float* q, int64_t n_q, int64_t dim, const int64_t* lo, const int64_t* hi, int64_t lo_all,
                 int64_t hi_all, int64_t span, const T* kc, float* scores) {
-#if defined(__AVX512F__)
+#if defined(LLMA_AVX512)
   if (dim == 64) return row_scores16<64>(q, n_q, lo, hi, lo_all, hi_all, span, kc, scores);
   if (dim == 128) return row_scores16<128>(q, n_q, lo, hi, lo_all, hi_all, span, kc, scores);
+#elif defined(LLMA_AVX2)
+  if (dim == 64) return row_scores8<64>(q, n_q, lo, hi, lo_all, hi_all, span, kc, scores);
+  if (dim == 128) return row_scores8<128>(q, n_q, lo, hi, lo_all, hi_all, span, kc, scores);
 #endif
   row_scores_key_by_key(q, n_q, dim, lo, hi, span, kc, scores);
 }
 
-#if defined(__AVX512F__)
+#if defined(LLMA_AVX512)
 // add_weighted's operations for Rows rows (head size 64) over keys c_lo..c_hi, in registers: row a's weight of key
 // i is w[a * span + i - lo[a]], its sums acc[a * 64 ..]; the values vf from key lo_all, widened to floats.
 template <int Rows>
@@ -274,6 +358,23 @@ inline void value_rows(int rows, float* acc, const float* w, int64_t span, const
     default: return value_rows_of<6>(acc, w, span, lo, vf, lo_all, c_lo, c_hi);
   }
 }
+#elif defined(LLMA_AVX2)
+// add_weighted's operations for `rows` rows (head size 64) over keys c_lo..c_hi, one row's 64 sums at a time in 8
+// of the 16 AVX2 registers; arguments as value_rows_of's.
+inline void value_rows(int rows, float* acc, const float* w, int64_t span, const int64_t* lo, const float* vf,
+                       int64_t lo_all, int64_t c_lo, int64_t c_hi) {
+  for (int a = 0; a < rows; ++a) {
+    __m256 av[8];
+    for (int d = 0; d < 8; ++d) av[d] = _mm256_loadu_ps(acc + a * 64 + 8 * d);
+    const float* wa = w + a * span - lo[a];
+    for (int64_t i = c_lo; i < c_hi; ++i) {
+      const float* vr = vf + (i - lo_all) * 64;
+      const __m256 wv = _mm256_set1_ps(wa[i]);
+      for (int d = 0; d < 8; ++d) av[d] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(vr + 8 * d), av[d]);
+    }
+    for (int d = 0; d < 8; ++d) _mm256_storeu_ps(acc + a * 64 + 8 * d, av[d]);
+  }
+}
 #endif
 
 // The rows of query heads group*kvh.. of one lane (T rows each) against that lane's keys of kv head kvh.
@@ -301,13 +402,13 @@ void attend_group(const T* x, int64_t width, int64_t first, int64_t n_rows, int6
   float* scores = scratch(0, 16 + n_q * span) + 16;
   row_scores(q.data(), n_q, dim, lo.data(), hi.data(), lo_all, hi_all, span, kc, scores);
   for (int64_t a = 0; a < n_q; ++a) sum[a] = softmax_weights(scores + a * span, hi[a] - lo[a]);
-#if defined(__AVX512F__)
+#if defined(LLMA_VEC16)
   // The values widened to floats once for all rows (the rows' chunks read them from here, not each anew).
   float* vf = nullptr;
   if (dim == 64) {
     vf = scratch(1, (hi_all - lo_all) * dim);
     for (int64_t i = lo_all; i < hi_all; ++i)
-      for (int64_t d = 0; d < dim; d += 16) _mm512_storeu_ps(vf + (i - lo_all) * dim + d, load16(vc + i * dim + d));
+      for (int64_t d = 0; d < dim; d += 16) store16(vf + (i - lo_all) * dim + d, load16(vc + i * dim + d));
   }
 #endif
   for (int64_t a0 = 0; a0 < n_q; a0 += kValueRows) {
@@ -315,7 +416,7 @@ void attend_group(const T* x, int64_t width, int64_t first, int64_t n_rows, int6
     int64_t c_lo = *std::max_element(lo.begin() + a0, lo.begin() + a0 + na);
     int64_t c_hi = *std::min_element(hi.begin() + a0, hi.begin() + a0 + na);
     bool fast = false;
-#if defined(__AVX512F__)
+#if defined(LLMA_VEC16)
     fast = dim == 64 && c_lo < c_hi;
 #endif
     if (!fast) c_lo = c_hi = hi_all;  // every key on the per-row path
@@ -325,7 +426,7 @@ void attend_group(const T* x, int64_t width, int64_t first, int64_t n_rows, int6
           if (i >= lo[a] && i < hi[a]) add_weighted(acc.data() + a * dim, scores[a * span + (i - lo[a])], vc + i * dim, dim);
     };
     slow_values(lo_all, c_lo);
-#if defined(__AVX512F__)
+#if defined(LLMA_VEC16)
     if (fast) value_rows(int(na), acc.data() + a0 * dim, scores + a0 * span, span, lo.data() + a0, vf, lo_all, c_lo, c_hi);
 #endif
     slow_values(c_hi, hi_all);
@@ -421,8 +522,8 @@ at::Tensor lane_attention(const at::Tensor& qkv, const at::Tensor& cos, const at
   return out;
 }
 
-// Every row of q (N, D) scored against every key of k (M, D), float32, as attend_group scores them: 16 keys at a
-// time (`by_sixteen`, D 64 or 128 on AVX-512) or key by key. For the tests that hold the two to the same bits (the
+// Every row of q (N, D) scored against every key of k (M, D), float32, as attend_group scores them: by blocks of
+// keys (`by_sixteen`: 16 keys at a time on AVX-512, 8 on AVX2, for D 64 or 128) or key by key. For the tests that hold the two to the same bits (the
 // replies stored before the 16-key path came must verify as they were decoded).
 at::Tensor key_scores(const at::Tensor& q, const at::Tensor& k, bool by_sixteen) {
   TORCH_CHECK(q.is_contiguous() && k.is_contiguous() && q.dim() == 2 && k.dim() == 2 && q.size(1) == k.size(1) &&
@@ -466,6 +567,8 @@ void rms_rows(const T* x, const T* w, T* out, int64_t rows, int64_t hidden, floa
   });
 }
 
+std::string vector_paths() { return llma_lanes::vector_paths(); }
+
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   TORCH_CHECK(x.is_contiguous() && weight.is_contiguous() && x.dim() == 2 && weight.dim() == 1 &&
               x.size(1) == weight.size(0) && x.scalar_type() == weight.scalar_type() &&
@@ -490,4 +593,5 @@ TORCH_LIBRARY(llma, m) {
   m.impl("key_scores", c10::DispatchKey::CPU, TORCH_FN(key_scores));
   m.def("rms_norm(Tensor x, Tensor weight, float eps) -> Tensor");
   m.impl("rms_norm", c10::DispatchKey::CPU, TORCH_FN(rms_norm));
+  m.def("vector_paths() -> str", TORCH_FN(vector_paths));
 }

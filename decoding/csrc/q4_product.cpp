@@ -9,17 +9,25 @@
 //   sum_i x_i (level_i * step + low) = step * sum_i x_i level_i + low * sum_i x_i,
 // the first sum in the dot products, the second once per row and group. Every output's sums run in one order
 // (inputs in pairs, groups in turn) whichever rows, blocks or threads share the call: a row's bits depend on the
-// row and the weights alone, by construction. Needs AVX512-BF16; elsewhere the format is refused
-// (decoding/weights.py).
+// row and the weights alone, by construction.
+//
+// Without AVX512-BF16 (an AVX2 build, or AVX-512 without BF16) the same sums run in fp32 FMAs: a pair's levels
+// widened to floats once for the rows of a group, and vdpbf16ps's two steps per pair made as two FMAs, odd input
+// first, under its rounding (denormals flushed in and out, to nearest; MXCSR for the call). Its bits are the
+// AVX512-BF16 path's except where a total falls below 2^-126 (there the AVX-512 path's step and low FMAs keep
+// denormals). Needs AVX2 and FMA at least; elsewhere the format is refused (decoding/weights.py).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <vector>
+#include "lanes.h"
 #if defined(__AVX512BF16__) && defined(__AVX512BW__)
-#include <immintrin.h>
 #define LLMA_Q4 1
+#elif defined(__AVX2__) && defined(__FMA__)
+#define LLMA_Q4_AVX2 1
 #endif
 
 namespace {
@@ -29,7 +37,7 @@ constexpr int64_t kTile = 16;   // output channels in one register
 constexpr int64_t kRows = 8;    // rows taking each widened weight (8 sums + 8 totals in registers)
 
 bool q4_available() {
-#ifdef LLMA_Q4
+#if defined(LLMA_Q4) || defined(LLMA_Q4_AVX2)
   return true;
 #else
   return false;
@@ -104,10 +112,116 @@ std::vector<float> group_sums(const uint16_t* x, int64_t rows, int64_t k) {
 }
 #endif
 
+#ifdef LLMA_Q4_AVX2
+constexpr int kBlock = 4;  // rows a group's widened weights serve at once: 8 registers of sums, 4 of weights
+
+// What vdpbf16ps does whatever MXCSR says (denormals flushed in and out, round to nearest), for this thread
+// while the object lives.
+class DenormalsFlushed {
+ public:
+  DenormalsFlushed() : saved_(_mm_getcsr()) { _mm_setcsr((saved_ & ~0x6000u) | 0x8040u); }
+  ~DenormalsFlushed() { _mm_setcsr(saved_); }
+  DenormalsFlushed(const DenormalsFlushed&) = delete;
+  DenormalsFlushed& operator=(const DenormalsFlushed&) = delete;
+
+ private:
+  unsigned saved_;
+};
+
+inline __m256 widen8(const uint16_t* bf16) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bf16))), 16));
+}
+
+// One group's levels (16 pairs of inputs x 16 channels, a byte a channel) as floats, 4 registers a pair:
+// channels 0-7 and 8-15 of input 2p, then of input 2p+1.
+inline void widen_group(const uint8_t* bytes, __m256* w) {
+  const __m256i nibble = _mm256_set1_epi32(0xF);
+  for (int p = 0; p < kGroup / 2; ++p) {
+    const __m256i lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(bytes + p * kTile)));
+    const __m256i hi = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(bytes + p * kTile + 8)));
+    w[4 * p] = _mm256_cvtepi32_ps(_mm256_and_si256(lo, nibble));
+    w[4 * p + 1] = _mm256_cvtepi32_ps(_mm256_and_si256(hi, nibble));
+    w[4 * p + 2] = _mm256_cvtepi32_ps(_mm256_srli_epi32(lo, 4));
+    w[4 * p + 3] = _mm256_cvtepi32_ps(_mm256_srli_epi32(hi, 4));
+  }
+}
+
+// R rows' totals (16 floats a row, `totals`) after one more group: the group's dot products as tile_rows makes
+// them (a pair: odd input, then even), then step and low. x: the rows' group of inputs, a row every k floats.
+template <int R>
+void group_rows(const float* x, int64_t k, const __m256* w, const __m256* step, const __m256* low,
+                const float* sums, int64_t groups, float* totals) {
+  __m256 dot[R][2];
+  for (int r = 0; r < R; ++r) dot[r][0] = dot[r][1] = _mm256_setzero_ps();
+  for (int p = 0; p < kGroup / 2; ++p)
+    for (int r = 0; r < R; ++r) {
+      const __m256 odd = _mm256_broadcast_ss(x + r * k + 2 * p + 1), even = _mm256_broadcast_ss(x + r * k + 2 * p);
+      for (int h = 0; h < 2; ++h) dot[r][h] = _mm256_fmadd_ps(even, w[4 * p + h], _mm256_fmadd_ps(odd, w[4 * p + 2 + h], dot[r][h]));
+    }
+  for (int r = 0; r < R; ++r)
+    for (int h = 0; h < 2; ++h) {
+      __m256 total = _mm256_loadu_ps(totals + r * kTile + 8 * h);
+      total = _mm256_fmadd_ps(dot[r][h], step[h], total);
+      total = _mm256_fmadd_ps(_mm256_set1_ps(sums[r * groups]), low[h], total);
+      _mm256_storeu_ps(totals + r * kTile + 8 * h, total);
+    }
+}
+
+using GroupRows = void (*)(const float*, int64_t, const __m256*, const __m256*, const __m256*, const float*, int64_t,
+                           float*);
+constexpr GroupRows kGroupRows[kBlock + 1] = {nullptr, group_rows<1>, group_rows<2>, group_rows<3>, group_rows<4>};
+
+// 8 floats to bf16 as vcvtneps2bf16 rounds them (to nearest even; a NaN stays a quiet NaN of its sign); no
+// denormals reach it under DenormalsFlushed.
+inline __m128i to_bf16(__m256 v) {
+  const __m256i bits = _mm256_castps_si256(v);
+  const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+  const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(bits, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7FFF))), 16);
+  const __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(0x40));
+  const __m256i half = _mm256_blendv_epi8(rounded, quiet, _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
+  return _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(half, half), 0x08));
+}
+
+// Every row's product with one tile of 16 channels; x: the rows as floats, totals: room for rows x 16 floats.
+void tile_avx2(const float* x, int64_t rows, int64_t k, const float* sums, const uint8_t* levels,
+               const uint16_t* scales, int64_t groups, uint16_t* out, int64_t n, float* totals) {
+  alignas(32) __m256 w[2 * kGroup];
+  std::fill(totals, totals + rows * kTile, 0.0f);
+  for (int64_t g = 0; g < groups; ++g) {
+    widen_group(levels + g * (kGroup / 2) * kTile, w);
+    const uint16_t* group_scales = scales + g * 2 * kTile;
+    const __m256 step[2] = {widen8(group_scales), widen8(group_scales + 8)};
+    const __m256 low[2] = {widen8(group_scales + kTile), widen8(group_scales + kTile + 8)};
+    for (int64_t r0 = 0; r0 < rows; r0 += kBlock)
+      kGroupRows[std::min<int64_t>(kBlock, rows - r0)](x + r0 * k + g * kGroup, k, w, step, low,
+                                                       sums + r0 * groups + g, groups, totals + r0 * kTile);
+  }
+  for (int64_t r = 0; r < rows; ++r)
+    for (int h = 0; h < 2; ++h)
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + r * n + 8 * h), to_bf16(_mm256_loadu_ps(totals + r * kTile + 8 * h)));
+}
+
+// The rows as floats, and each row's sum of x over each group as group_sums makes it (pairs: 0 + odd + even,
+// then the 16 pair sums reduced as _mm512_reduce_add_ps does).
+void widen_rows(const uint16_t* x, int64_t rows, int64_t k, std::vector<float>& xf, std::vector<float>& sums) {
+  const int64_t groups = k / kGroup;
+  xf.resize(rows * k);
+  sums.resize(rows * groups);
+  for (int64_t i = 0; i < rows * k; ++i) xf[i] = llma_lanes::to_f(c10::BFloat16(x[i], c10::BFloat16::from_bits()));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t g = 0; g < groups; ++g) {
+      const float* xg = xf.data() + r * k + g * kGroup;
+      alignas(32) float pairs[kTile];
+      for (int j = 0; j < kTile; ++j) pairs[j] = (0.0f + xg[2 * j + 1]) + xg[2 * j];  // 0 + (-0) is +0 there too
+      sums[r * groups + g] = llma_lanes::reduce_add_halves(_mm256_load_ps(pairs + 8), _mm256_load_ps(pairs));
+    }
+}
+#endif
+
 // x (M, K) bf16; levels (N/16, K/2 * 16) uint8: per tile of 16 channels, per pair of inputs, a byte a channel;
 // scales (N/16, K/32, 2, 16) bf16: per tile and group, 16 steps then 16 lows. w[n][i] = level * step + low.
 at::Tensor q4_linear(const at::Tensor& x, const at::Tensor& levels, const at::Tensor& scales) {
-  TORCH_CHECK(q4_available(), "q4_linear: built without AVX512-BF16");
+  TORCH_CHECK(q4_available(), "q4_linear: built without AVX512-BF16 or AVX2");
   TORCH_CHECK(x.scalar_type() == at::kBFloat16 && x.dim() == 2, "q4_linear: x (M, K) in bf16");
   TORCH_CHECK(levels.scalar_type() == at::kByte && levels.is_contiguous() && levels.dim() == 2,
               "q4_linear: levels (N/16, K*8) uint8");
@@ -117,7 +231,24 @@ at::Tensor q4_linear(const at::Tensor& x, const at::Tensor& levels, const at::Te
   TORCH_CHECK(k % kGroup == 0 && levels.size(1) == k / 2 * kTile && scales.numel() == n * groups * 2,
               "q4_linear: x, levels and scales do not fit together");
   at::Tensor out = at::empty({rows, n}, x.options());
-#ifdef LLMA_Q4
+#if defined(LLMA_Q4_AVX2)
+  const auto* xb = reinterpret_cast<const uint16_t*>(xc.data_ptr<at::BFloat16>());
+  std::vector<float> xf, sums;
+  {
+    DenormalsFlushed flushed;
+    widen_rows(xb, rows, k, xf, sums);
+  }
+  const uint8_t* lv = levels.data_ptr<uint8_t>();
+  const auto* sc = reinterpret_cast<const uint16_t*>(scales.data_ptr<at::BFloat16>());
+  auto* o = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());
+  at::parallel_for(0, tiles, 1, [&](int64_t begin, int64_t end) {
+    DenormalsFlushed flushed;
+    std::vector<float> totals(rows * kTile);
+    for (int64_t t = begin; t < end; ++t)
+      tile_avx2(xf.data(), rows, k, sums.data(), lv + t * (k / 2) * kTile, sc + t * groups * 2 * kTile, groups,
+                o + t * kTile, n, totals.data());
+  });
+#elif defined(LLMA_Q4)
   const auto* xb = reinterpret_cast<const uint16_t*>(xc.data_ptr<at::BFloat16>());
   const std::vector<float> sums = group_sums(xb, rows, k);
   const uint8_t* lv = levels.data_ptr<uint8_t>();
