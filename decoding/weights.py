@@ -9,7 +9,8 @@ which widen the weights to bf16 in registers, so activations stay bf16. "q4" hol
 step and a low per 32 inputs, for the lane library's own product (decoding/csrc/q4_product.cpp): it widens a
 weight once for up to 8 rows, so a forward's rows (drafts, other customers' replies) cost far less than under
 PyTorch's int4 kernel, and one row no more (the bundled model's products, AMD EPYC, 2 threads: 1/8/32 rows
-3.6/7.0/25.6 ms against 3.7/11.2/48.3). It needs AVX512-BF16 and the built library.
+3.6/7.0/25.6 ms against 3.7/11.2/48.3). It needs the built library on a CPU with AVX512-BF16, or AVX2 and FMA
+(the same bits in fp32 products, decoding/csrc/q4_product.cpp).
 
 Every format computes a row from that row and the weights alone: the same row gives the same bits whichever
 other rows share the product (measured per model at start, decoding/batch_probe.py, and by the invariance
@@ -78,12 +79,12 @@ def q4_product(x: torch.Tensor, levels: torch.Tensor, scales: torch.Tensor,
 
 
 def q4_refusal() -> str | None:
-    """Why this machine cannot run q4 weights, or None: the lane library must be built, on a CPU with AVX512-BF16."""
+    """Why this machine cannot run q4 weights, or None: the lane library must be built, with AVX512-BF16 or AVX2."""
     refusal = lane_kernel_refusal()
     if refusal is not None:
         return f"q4 weights run on the lane library: {refusal}"
     if not torch.ops.llma.q4_available():
-        return "q4 weights need a CPU with AVX512-BF16"
+        return "q4 weights need a CPU with AVX512-BF16, or AVX2 and FMA"
     return None
 
 
