@@ -50,11 +50,10 @@ def lane_kernel_refusal() -> str | None:
     if platform.system() != "Linux":
         return f"the lane kernel is built on Linux only, not {platform.system()}"
     isa = kernel_isa()
-    if isa not in ISA_CFLAGS:
-        return f"{ISA_VARIABLE} must be one of {', '.join(ISA_CFLAGS)}, not {isa!r}"
-    missing = [flag for flag in ISA_CPU_FLAGS[isa] if flag not in _cpu_flags().split()]
-    if missing:
-        return f"{ISA_VARIABLE}={isa} asks for CPU flags this CPU lacks: {', '.join(missing)}"
+    refusal = isa_refusal(isa)
+    if refusal is not None:
+        logger.warning("lane attention kernel not built (%s); decode steps attend through SDPA", refusal)
+        return refusal
     try:
         from torch.utils.cpp_extension import load
 
@@ -72,6 +71,16 @@ def lane_kernel_refusal() -> str | None:
     except Exception as exc:  # no compiler, no ninja, a failed build: SDPA it is
         logger.warning("lane attention kernel not built (%s); decode steps attend through SDPA", exc)
         return f"not built: {exc}"
+    return None
+
+
+def isa_refusal(isa: str) -> str | None:
+    """Why the lane library cannot be built for `isa` on this CPU, or None."""
+    if isa not in ISA_CFLAGS:
+        return f"{ISA_VARIABLE} must be one of {', '.join(ISA_CFLAGS)}, not {isa!r}"
+    missing = [flag for flag in ISA_CPU_FLAGS[isa] if flag not in _cpu_flags().split()]
+    if missing:
+        return f"the {isa} build needs CPU flags this CPU lacks: {', '.join(missing)}"
     return None
 
 
