@@ -1,10 +1,11 @@
-"""What a question is before anything answers it: one to decline, one that needs a sum, and the help centre's
-words it is measured against."""
+"""What a question is before anything answers it: text fit to ask, one to decline, one that needs a sum, a
+follow-up, and the help centre's words it is measured against."""
 
 import re
 
 from cache import AnswerCache
 
+from .prompt import InputError, Message, clean_text
 from .terms import Vocabulary
 
 # Messages that try to change the assistant's instructions: declined, never decoded. The 135M model follows
@@ -65,3 +66,33 @@ class HelpCentreWords:
             texts = [f"{a.title}\n{a.body}" for a in articles] + [f"{e.question}\n{e.answer}" for e in approved]
             self._vocabulary, self._change = Vocabulary.of(texts), change
         return self._vocabulary
+
+
+def without_hand_offs(messages: list[Message], handoff_message: str) -> list[Message]:
+    """The conversation without its handed-off exchanges (a message nothing covered and the hand-off message
+    after it). They tell the model nothing; kept, a customer's "hi" would make the question after it a follow-up,
+    decoded whatever covers it, and cost it the exact hits of the same question asked first."""
+    kept: list[Message] = []
+    for message in messages:
+        if message.role == "assistant" and message.content.strip() == handoff_message.strip():
+            if kept and kept[-1].role == "user":
+                kept.pop()
+            continue
+        kept.append(message)
+    return kept
+
+
+def check_question(question: object, max_chars: int) -> str:
+    """The question as the model sees it, or InputError with a message fit for the customer."""
+    if not isinstance(question, str):
+        raise InputError("The message must be text.")
+    # Runs of spaces are collapsed before the model sees the text, so that a repeat typed with
+    # other spacing is the identical prompt (an exact hit) and still the model's own answer.
+    question = "\n".join(" ".join(line.split()) for line in clean_text(question).strip().splitlines())
+    if not question:
+        raise InputError("Please type a question.")
+    if len(question) > max_chars:
+        raise InputError(
+            f"Your message has {len(question):,} characters; the limit is {max_chars:,}. Please shorten it."
+        )
+    return question

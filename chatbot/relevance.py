@@ -39,6 +39,7 @@ OPPOSITES = (
     (("restore", "recover", "undelete", "get back", "bring back"),
      ("delete permanently", "permanently delete", "gone for good", "delete forever", "for good", "empty trash",
       "empty the trash")),
+    (("update", "replace", "swap"), ("remove", "delete", "get rid of")),
     (("block",), ("unblock",)),
     (("install",), ("uninstall",)),
     (("archive",), ("unarchive",)),

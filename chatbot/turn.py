@@ -11,18 +11,16 @@ from decoding import Engine, StepConfig
 from .grounding import GroundingChoice, GroundingPolicy, article_of_match, choose_grounding
 from .prompt import (
     ApprovedAnswer,
-    InputError,
     Message,
     Prompt,
     answer_places,
     article_in_prompt,
     build_prompt,
-    clean_text,
     context_key,
     parse_history,
     prompt_hash,
 )
-from .questions import HelpCentreWords, declined, needs_sum, reads_as_follow_up
+from .questions import HelpCentreWords, check_question, declined, needs_sum, reads_as_follow_up, without_hand_offs
 from .relevance import Coverage, check_source
 from .settings import GROUNDING_REVIEWS, ChatSettings
 from .shown import NOTHING_COVERS
@@ -42,6 +40,11 @@ FOLLOWED_ENOUGH = 0.5
 DEPARTED_NOTICE = ("Only {share:.0%} of this reply follows the answer our support staff approved for this question: "
                    "the rest the assistant wrote on its own, and it may be wrong.")
 
+
+# How close in meaning (cosine) the closest sentence of an article must be to the question for the article to
+# answer it alone, without an approved answer. On the tuning part of bench.answers' set every article that answered
+# alone had one at 0.46 or more; the wrong article for "send holiday photos to my grandma" (file requests) 0.36.
+ARTICLE_SENTENCE_CLOSE = 0.45
 
 # How much closer in meaning a sentence of an approved answer's article outside the answer must be to the question
 # than the answer's own sentences for the answer not to ground: 2 of 9 grounded neighbours on the tuning part of
@@ -79,6 +82,12 @@ class Grounds:
     @property
     def covered(self) -> bool:
         return self.article is not None or bool(self.choice.matched)
+
+    @property
+    def closeness(self) -> float:
+        """The retrieval score of the closest source that answers: how well these grounds fit what was asked."""
+        scores = [hit.score for hit in self.choice.matched] + ([self.article.score] if self.article else [])
+        return max(scores, default=0.0)
 
 
 @dataclass(frozen=True)
@@ -206,7 +215,9 @@ class TurnPlanner:
         if not previous or (grounds.covered and not reads_as_follow_up(question)):
             return grounds
         joined = self.grounds_for(f"{previous[-1]}\n{question}")
-        if joined.covered:
+        # "is there anything cheaper for students?" reads as a follow-up, but alone it fits its own answer better
+        # than joined to the question before.
+        if joined.covered and not (grounds.covered and grounds.closeness > joined.closeness):
             return joined
         return grounds if grounds.covered else replace(grounds, rejected=grounds.rejected + joined.rejected)
 
@@ -224,7 +235,20 @@ class TurnPlanner:
         kept, answer_rejects = self.answering_approved(asked, choice.matched)
         choice = replace(choice, grounding=[h for h in choice.grounding if h.id in kept],
                          references=[h for h in choice.references if h.id in kept])
+        if article is not None and not kept:
+            far = self.far_from(asked, article)
+            if far:
+                article, article_rejects = None, [*article_rejects, far]
         return Grounds(article, choice, asked, (*article_rejects, *answer_rejects))
+
+    def far_from(self, asked: str, article: ArticlePick) -> str:
+        """Why an article that would answer alone does not, or "": none of its sentences is ARTICLE_SENTENCE_CLOSE
+        to the question in meaning, though its words are ("scan uploads for viruses?" and the upload limits)."""
+        units = text_sentences(article.body)
+        closest = max(self.cache.similarities(asked, units), default=0.0) if units else 0.0
+        if closest >= ARTICLE_SENTENCE_CLOSE:
+            return ""
+        return f"article {article.id!r} has no sentence close to the question ({closest:.2f})"
 
     def answering_article(
         self, asked: str, matches: list[Hit], *candidates: ArticlePick | None
@@ -353,36 +377,6 @@ def first_of_each(*articles: ArticlePick | None) -> list[ArticlePick]:
         if article is not None and article.id not in seen:
             seen[article.id] = article
     return list(seen.values())
-
-
-def without_hand_offs(messages: list[Message], handoff_message: str) -> list[Message]:
-    """The conversation without its handed-off exchanges (a message nothing covered and the hand-off message
-    after it). They tell the model nothing; kept, a customer's "hi" would make the question after it a follow-up,
-    decoded whatever covers it, and cost it the exact hits of the same question asked first."""
-    kept: list[Message] = []
-    for message in messages:
-        if message.role == "assistant" and message.content.strip() == handoff_message.strip():
-            if kept and kept[-1].role == "user":
-                kept.pop()
-            continue
-        kept.append(message)
-    return kept
-
-
-def check_question(question: object, max_chars: int) -> str:
-    """The question as the model sees it, or InputError with a message fit for the customer."""
-    if not isinstance(question, str):
-        raise InputError("The message must be text.")
-    # Runs of spaces are collapsed before the model sees the text, so that a repeat typed with
-    # other spacing is the identical prompt (an exact hit) and still the model's own answer.
-    question = "\n".join(" ".join(line.split()) for line in clean_text(question).strip().splitlines())
-    if not question:
-        raise InputError("Please type a question.")
-    if len(question) > max_chars:
-        raise InputError(
-            f"Your message has {len(question):,} characters; the limit is {max_chars:,}. Please shorten it."
-        )
-    return question
 
 
 def source_coverage(settings: ChatSettings) -> Coverage:
