@@ -21,3 +21,12 @@ def run_at_once(tasks: list, wait_s: float) -> list:
         return threads.run_at_once(tasks, wait_s)
     except TimeoutError as timeout:
         raise AssertionError(str(timeout)) from None
+
+
+def results_at_once(tasks: list, wait_s: float) -> list:
+    """`run_at_once` for tasks that must all succeed: what each returned, or the first error raised, as in a loop."""
+    outcomes = run_at_once(tasks, wait_s)
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException):
+            raise outcome
+    return outcomes

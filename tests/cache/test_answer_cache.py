@@ -11,6 +11,7 @@ from cache.store import INDEX_FILE
 PASSWORD = "How do I reset my password?"
 PARAPHRASE = "I forgot my password, how can I change it?"
 UNRELATED = "What is your refund policy for annual plans?"
+WAIT_S = 120.0  # 80 writes take seconds; this only bounds a deadlock
 
 
 def index_ids(cache_dir) -> set[int]:
@@ -96,11 +97,12 @@ def test_concurrent_writers_keep_rows_and_index_equal(cache, tmp_path):
         except Exception as error:  # any failure, e.g. "database is locked", fails the test below
             errors.append(error)
 
-    threads = [threading.Thread(target=write, args=(worker,)) for worker in range(8)]
+    threads = [threading.Thread(target=write, args=(worker,), daemon=True) for worker in range(8)]
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join()
+        thread.join(WAIT_S)
+    assert not any(thread.is_alive() for thread in threads), f"writers still writing after {WAIT_S} s"
     assert errors == []
     assert len(all_ids(cache)) == 80
     assert index_ids(tmp_path / "data") == all_ids(cache)

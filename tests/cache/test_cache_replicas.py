@@ -9,6 +9,7 @@ from cache import AnswerCache
 PASSWORD = "How do I reset my password?"
 PARAPHRASE = "I forgot my password, how can I change it?"
 INVOICES = "Where can I download my invoices?"
+WAIT_S = 120.0  # four replicas open and write in seconds; this only bounds a deadlock
 
 
 def open_pair(open_cache, tmp_path) -> tuple[AnswerCache, AnswerCache]:
@@ -77,11 +78,12 @@ def test_replicas_opening_at_once_and_writing_at_once_lose_nothing(open_cache, t
         except Exception as error:  # any failure (duplicate table, deadlock, ...) fails the test below
             errors.append(error)
 
-    threads = [threading.Thread(target=run, args=(number,)) for number in range(4)]
+    threads = [threading.Thread(target=run, args=(number,), daemon=True) for number in range(4)]
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join()
+        thread.join(WAIT_S)
+    assert not any(thread.is_alive() for thread in threads), f"replicas still writing after {WAIT_S} s"
     assert errors == []
     questions = sorted(entry.question for entry in replicas[0].list_entries(limit=100).entries)
     expected = [f"Question {n} from replica {r}?" for r in range(4) for n in range(6)]

@@ -49,10 +49,11 @@ def test_replicas_claiming_at_once_agree(open_cache, tmp_path):
         start.wait()
         results[number] = replicas[number].claim_deployment_setting("step_width", str(number))
 
-    threads = [threading.Thread(target=claim, args=(number,)) for number in range(len(replicas))]
+    threads = [threading.Thread(target=claim, args=(number,), daemon=True) for number in range(len(replicas))]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(timeout=60)
+    assert not any(thread.is_alive() for thread in threads), "replicas still claiming after 60 s"
     assert len(set(results.values())) == 1 and len(results) == len(replicas)
     assert replicas[0].deployment_setting("step_width") == results[0]

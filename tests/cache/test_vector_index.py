@@ -6,6 +6,8 @@ import numpy as np
 
 from cache import IndexHit, VectorIndex
 
+WAIT_S = 60.0  # a search takes milliseconds; this only bounds a hang
+
 
 def unit_rows(n: int, dim: int = 8, seed: int = 0) -> np.ndarray:
     vectors = np.random.default_rng(seed).normal(size=(n, dim)).astype(np.float32)
@@ -71,9 +73,10 @@ def test_a_search_starts_no_thread_whatever_the_threads_openmp_setting():
         index.search(unit_rows(1, dim=64, seed=1)[0], k=4)
         counts.append((before, len(os.listdir("/proc/self/task")), faiss.omp_get_max_threads()))
 
-    thread = threading.Thread(target=search_in_a_fresh_thread)
+    thread = threading.Thread(target=search_in_a_fresh_thread, daemon=True)
     thread.start()
-    thread.join()
+    thread.join(WAIT_S)
+    assert not thread.is_alive(), f"one search still running after {WAIT_S} s"
     before, after, setting = counts[0]
     assert after <= before  # no OpenMP worker started (another thread of the process may have ended meanwhile)
     assert setting == 2  # the thread's own setting as it was: torch's too, where a thread decodes itself

@@ -21,6 +21,8 @@ from data import load_staff_answers
 from decoding.hardware import pick_dtype
 from decoding.model_loading import DEFAULT_MODEL_DIR
 
+WAIT_S = 300.0  # opening two caches takes seconds; this only bounds a hang
+
 # Customer wordings and the approved answer each needs. MiniLM matches the first two to *delete account* and
 # the third to *turn on 2FA* (docs/retrieval: "How do I remove a device" scored 0.65 against 0.54).
 CONFUSED = [
@@ -140,7 +142,8 @@ def test_opening_a_bf16_cache_leaves_the_calling_thread_without_a_team_of_thread
         open_cache(tmp_path / "bf16", None, 100, MODEL_NAME, "bfloat16").close()
         counts.append((before, len(os.listdir("/proc/self/task"))))  # 6 and 7 when cast in this thread
 
-    caller = threading.Thread(target=open_and_count)
+    caller = threading.Thread(target=open_and_count, daemon=True)
     caller.start()
-    caller.join()
+    caller.join(WAIT_S)
+    assert not caller.is_alive(), f"opening two caches still running after {WAIT_S} s"
     assert counts[0][1] <= counts[0][0], counts
