@@ -1,7 +1,9 @@
 """Staff accounts, roles, the audit trail, login throttling, idle sessions and overload on a real `app.py`.
 
 The server is this module's own: short lockouts and idle time keep the waits short, the chat line is small,
-and the per-address chat limit is off because every test client is 127.0.0.1. Every wait polls for what it
+and the per-address chat limit is off because every test client is 127.0.0.1. Each test logs in with accounts
+of its own, and the throttle test, whose failures lock names and its address, logs in from an address of its
+own (127.0.0.2): no test meets a lockout another left, so none waits one out. Every wait polls for what it
 waits for (a lockout lifted, a session unused for longer than the idle setting) and has a deadline; nothing
 here asserts how long anything took.
 """
@@ -33,6 +35,7 @@ REFUSALS = ("busy right now", "already have")
 TIMEOUT_S = 120  # a login runs argon2; on a busy shared machine that can take longer than httpx's 5 s default
 POLL_S = 0.5  # between polls of a lockout, and between uses of a session kept active
 LOCKOUT_SLACK_S = 30  # how long past the announced Retry-After a lockout may last before the test fails
+THROTTLED_ADDRESS = "127.0.0.2"  # the throttle test's own: Linux routes all of 127.0.0.0/8 to the loopback
 REPLY_TIMEOUT_S = 600  # for one chat reply while a flood of others is queued on 2 busy cores
 
 
@@ -54,10 +57,17 @@ def app(tmp_path_factory) -> App:
         stop(running)
 
 
-def post_login(app: App, name: str, password: str, client: httpx.Client | None = None) -> httpx.Response:
-    """One login attempt, tried again while it is refused as locked out (other tests' failures may have locked
-    127.0.0.1) until the lockout lifts, within the announced Retry-After plus slack. A refusal while locked
-    counts as no failure (webui/auth.py), so retrying it changes nothing but the audit log's "locked" rows."""
+def new_account(app: App, name: str, role: str = "agent") -> tuple[str, str]:
+    """A staff account for one test alone: (name, password)."""
+    password = f"{name}-password"
+    users_cli(app, "add", name, "--role", role, "--password-stdin", password=password)
+    return name, password
+
+
+def login_once_unlocked(app: App, name: str, password: str, client: httpx.Client) -> httpx.Response:
+    """One login attempt, tried again while it is refused as locked out, until the lockout lifts, within the
+    announced Retry-After plus slack. A refusal while locked counts as no failure (webui/auth.py), so trying
+    again changes nothing but the audit log's "locked" rows."""
     response = try_login(app, name, password, client)
     if response.status_code != 429:
         return response
@@ -82,7 +92,7 @@ def chat_client(app: App) -> Client:
 
 
 def staff_client(app: App, name: str, password: str) -> Client:
-    assert post_login(app, name, password).status_code == 200  # waits out any lockout first
+    assert try_login(app, name, password).status_code == 200
     return Client(app.admin_url, auth=(name, password), verbose=False, httpx_kwargs={"timeout": TIMEOUT_S})
 
 
@@ -103,15 +113,17 @@ def entry_id(app: App) -> int:
 def test_password_hashes_are_argon2_and_never_the_password(app):
     with closing(connect_read_only(app.data_dir)) as db:
         hashes = dict(db.execute("SELECT name, password_hash FROM staff_users").fetchall())
-    assert set(hashes) == {ADMIN, AGENT}
+    assert {ADMIN, AGENT} <= set(hashes)  # and the accounts other tests made, if they ran first
+    assert all(stored.startswith("$argon2id$") for stored in hashes.values())
     for name, password in ((ADMIN, ADMIN_PW), (AGENT, AGENT_PW)):
-        assert password not in hashes[name] and hashes[name].startswith("$argon2id$")
+        assert password not in hashes[name]
         assert PasswordHasher().verify(hashes[name], password)
     assert "Admin login: admin / (the password set in CHATBOT_ADMIN_PASSWORD)" in app.log_text()
 
 
 def test_an_agent_cannot_approve_delete_import_or_manage_users_through_any_route(app, entry_id, tmp_path):
-    agent = staff_client(app, AGENT, AGENT_PW)
+    name, password = new_account(app, "refused-agent")
+    agent = staff_client(app, name, password)
     proposal = agent.predict(entry_id, "Reset my password?", "Use the reset link.", api_name="/propose_edit")
     assert proposal.startswith("Proposed edit #")
     proposal_id = int(proposal.split("#")[1].split()[0])
@@ -122,7 +134,7 @@ def test_an_agent_cannot_approve_delete_import_or_manage_users_through_any_route
         "/export": (), "/save_article": ("evil", "Evil", "Evil."), "/delete_article": ("reset-password",),
         "/apply_proposal": (proposal_id,), "/dismiss_proposal": (proposal_id,),
         "/add_user": ("eve", "admin", "eve-password"), "/reset_password": (ADMIN, "taken-over-pw"),
-        "/set_role": (AGENT, "admin"), "/remove_user": (ADMIN,), "/list_users": (), "/audit": ("", "", None),
+        "/set_role": (name, "admin"), "/remove_user": (ADMIN,), "/list_users": (), "/audit": ("", "", None),
         "/export_audit": ("", "", None),
     }
     denied_before = sum(r["action"] == "denied" for r in audit_rows(app))
@@ -132,94 +144,99 @@ def test_an_agent_cannot_approve_delete_import_or_manage_users_through_any_route
         print(f"{api_name}: {refused.value}")
     # The REST route too, with the agent's own login cookie.
     with httpx.Client(base_url=app.url, timeout=TIMEOUT_S) as raw:
-        assert post_login(app, AGENT, AGENT_PW, raw).status_code == 200
+        assert try_login(app, name, password, raw).status_code == 200
         event = raw.post("/admin/gradio_api/call/delete_entry", json={"data": [entry_id]}).json()["event_id"]
         outcome = raw.get(f"/admin/gradio_api/call/delete_entry/{event}").text
     assert "event: error" in outcome and "Only an admin" in outcome
     rows = audit_rows(app)
     denied = [r for r in rows if r["action"] == "denied"][denied_before:]
-    assert len(denied) == len(attempts) + 1 and {r["actor"] for r in denied} == {AGENT}
+    assert len(denied) == len(attempts) + 1 and {r["actor"] for r in denied} == {name}
     assert entry_id in read_store(app.data_dir).entry_ids
     with closing(connect_read_only(app.data_dir)) as db:
-        assert dict(db.execute("SELECT name, role FROM staff_users").fetchall()) == {ADMIN: "admin", AGENT: "agent"}
+        roles = dict(db.execute("SELECT name, role FROM staff_users").fetchall())
         assert db.execute("SELECT count(*) FROM articles WHERE id = 'evil'").fetchone()[0] == 0
+    assert (roles[ADMIN], roles[name], "eve" in roles) == ("admin", "agent", False)
 
 
 def test_every_action_leaves_exactly_one_audit_row_with_the_right_person(app, entry_id):
     # Each step logs in afresh: this module's sessions expire after IDLE_S unused, and a slow step (the import
     # re-embeds the cache) on a slow CPU outlasted it (401 on the next call, AMD EPYC with AVX2 only).
-    password = {ADMIN: ADMIN_PW, AGENT: AGENT_PW}
-    export_path = staff_client(app, ADMIN, ADMIN_PW).predict(api_name="/export")
+    admin_name, admin_pw = new_account(app, "auditing-admin", "admin")
+    agent_name, agent_pw = new_account(app, "audited-agent")
+    password = {admin_name: admin_pw, agent_name: agent_pw}
+    export_path = staff_client(app, admin_name, admin_pw).predict(api_name="/export")
     steps = [
-        (ADMIN, "/edit_entry", (entry_id, "How do I reset my password?", "Open Settings, then Security."),
-         "edit", ADMIN),
-        (AGENT, "/propose_edit", (entry_id, "Password reset?", "Use the link in the email."), "propose", AGENT),
-        (ADMIN, "/save_article", ("printing", "Printing", "Press Print."), "article_save", ADMIN),
-        (ADMIN, "/delete_article", ("printing",), "article_delete", ADMIN),
-        (ADMIN, "/export", (), "export", ADMIN),
-        (ADMIN, "/import", (handle_file(export_path),), "import", ADMIN),
-        (ADMIN, "/add_user", ("nina", "agent", "nina-password"), "user_add", ADMIN),
-        (ADMIN, "/reset_password", ("nina", "nina-password-2"), "user_reset", ADMIN),
-        (ADMIN, "/set_role", ("nina", "admin"), "user_role", ADMIN),
-        (ADMIN, "/remove_user", ("nina",), "user_remove", ADMIN),
+        (admin_name, "/edit_entry", (entry_id, "How do I reset my password?", "Open Settings, then Security."),
+         "edit"),
+        (agent_name, "/propose_edit", (entry_id, "Password reset?", "Use the link in the email."), "propose"),
+        (admin_name, "/save_article", ("printing", "Printing", "Press Print."), "article_save"),
+        (admin_name, "/delete_article", ("printing",), "article_delete"),
+        (admin_name, "/export", (), "export"),
+        (admin_name, "/import", (handle_file(export_path),), "import"),
+        (admin_name, "/add_user", ("nina", "agent", "nina-password"), "user_add"),
+        (admin_name, "/reset_password", ("nina", "nina-password-2"), "user_reset"),
+        (admin_name, "/set_role", ("nina", "admin"), "user_role"),
+        (admin_name, "/remove_user", ("nina",), "user_remove"),
     ]
-    for name, api_name, args, action, person in steps:
+    for name, api_name, args, action in steps:
         client = staff_client(app, name, password[name])
         before = audit_rows(app)
         client.predict(*args, api_name=api_name)
         after = audit_rows(app)
         assert len(after) == len(before) + 1, f"{api_name}: {after[len(before):]}"
-        assert (after[-1]["action"], after[-1]["actor"]) == (action, person), api_name
-    admin = staff_client(app, ADMIN, ADMIN_PW)
+        assert (after[-1]["action"], after[-1]["actor"]) == (action, name), api_name
+    admin = staff_client(app, admin_name, admin_pw)
     proposal_id = [r for r in audit_rows(app) if r["action"] == "propose"][-1]["details"]["proposal_id"]
     current = admin.predict(entry_id, api_name="/open_entry")[1]  # the import above restored the exported answer
     before = audit_rows(app)
     assert admin.predict(proposal_id, api_name="/apply_proposal").startswith("Applied")
     applied = audit_rows(app)[len(before):]
-    assert [(r["action"], r["actor"], r["entry_id"]) for r in applied] == [("edit", ADMIN, entry_id)]
+    assert [(r["action"], r["actor"], r["entry_id"]) for r in applied] == [("edit", admin_name, entry_id)]
     assert applied[0]["details"]["before"]["answer"] == current
     assert applied[0]["details"]["after"]["answer"] == "Use the link in the email."
     before = audit_rows(app)
     assert admin.predict(entry_id, api_name="/delete_entry").startswith("Deleted")  # the button is not output
-    assert [(r["action"], r["actor"]) for r in audit_rows(app)[len(before):]] == [("delete", ADMIN)]
+    assert [(r["action"], r["actor"]) for r in audit_rows(app)[len(before):]] == [("delete", admin_name)]
     history = admin.predict(entry_id, api_name="/open_entry")[4]["data"]
     assert [row[3] for row in history][:3] == ["delete", "edit", "propose"], history
-    shown = admin.predict(AGENT, "propose", None, api_name="/audit")["data"]
-    assert shown and {(row[2], row[3]) for row in shown} == {(AGENT, "propose")}
+    shown = admin.predict(agent_name, "propose", None, api_name="/audit")["data"]
+    assert shown and {(row[2], row[3]) for row in shown} == {(agent_name, "propose")}
     exported = admin.predict("", "", entry_id, api_name="/export_audit")
     lines = [json.loads(line) for line in open(exported, encoding="utf-8")]
     assert [r["action"] for r in lines] == [r["action"] for r in audit_rows(app) if r["entry_id"] == entry_id]
 
 
 def test_logins_are_audited_and_wrong_passwords_are_throttled_until_the_lockout_passes(app):
-    name, password = "throttled", "throttled-password"
-    users_cli(app, "add", name, "--password-stdin", password=password)
-    assert post_login(app, name, password).status_code == 200  # nothing locked yet: in at once
-    before = len(audit_rows(app))
-    for _ in range(MAX_FAILURES):
-        assert post_login(app, name, "wrong-password").status_code == 400
-    refused = try_login(app, name, password)
-    assert refused.status_code == 429 and "Too many failed logins" in refused.json()["detail"]
-    first_wait = int(refused.headers["retry-after"])
-    rows = audit_rows(app)[before:]
-    assert [(r["actor"], r["action"]) for r in rows] == [(name, "login_failed")] * (MAX_FAILURES + 1)
-    assert rows[-1]["details"]["reason"] == "locked" and rows[0]["details"]["address"] == "127.0.0.1"
-    assert post_login(app, name, password).status_code == 200  # once the lockout has passed
-    assert audit_rows(app)[-1]["action"] == "login"
-    for _ in range(MAX_FAILURES):  # the address's count goes on: the next lockout is longer
-        try_login(app, "someone", "wrong-password")
-    again = try_login(app, name, password)
-    assert again.status_code == 429 and int(again.headers["retry-after"]) > first_wait
-    assert post_login(app, name, password).status_code == 200  # this lockout passes too
+    name, password = new_account(app, "throttled")
+    # From an address of its own, which the lockouts below lock too: the other tests' logins never meet them.
+    with httpx.Client(transport=httpx.HTTPTransport(local_address=THROTTLED_ADDRESS), timeout=TIMEOUT_S) as own:
+        assert try_login(app, name, password, own).status_code == 200  # nothing locked yet: in at once
+        before = len(audit_rows(app))
+        for _ in range(MAX_FAILURES):
+            assert try_login(app, name, "wrong-password", own).status_code == 400
+        refused = try_login(app, name, password, own)
+        assert refused.status_code == 429 and "Too many failed logins" in refused.json()["detail"]
+        first_wait = int(refused.headers["retry-after"])
+        rows = audit_rows(app)[before:]
+        assert [(r["actor"], r["action"]) for r in rows] == [(name, "login_failed")] * (MAX_FAILURES + 1)
+        assert rows[-1]["details"]["reason"] == "locked" and rows[0]["details"]["address"] == THROTTLED_ADDRESS
+        assert login_once_unlocked(app, name, password, own).status_code == 200  # once the lockout has passed
+        assert audit_rows(app)[-1]["action"] == "login"
+        for _ in range(MAX_FAILURES):  # the address's count goes on: the next lockout is longer
+            try_login(app, "someone", "wrong-password", own)
+        again = try_login(app, name, password, own)
+        assert again.status_code == 429 and int(again.headers["retry-after"]) > first_wait
+        assert login_once_unlocked(app, name, password, own).status_code == 200  # this lockout passes too
 
 
 def test_an_idle_session_must_log_in_again_and_an_active_one_stays(app):
+    name, password = new_account(app, "idle-admin", "admin")
     with (
         httpx.Client(base_url=app.url, timeout=TIMEOUT_S) as idle,
         httpx.Client(base_url=app.url, timeout=TIMEOUT_S) as active,
     ):
-        assert post_login(app, ADMIN, ADMIN_PW, idle).status_code == 200
-        assert post_login(app, ADMIN, ADMIN_PW, active).status_code == 200
+        assert try_login(app, name, password, idle).status_code == 200
+        assert try_login(app, name, password, active).status_code == 200
         assert idle.get("/admin/config").status_code == 200
         idle_since = time.monotonic()  # the server saw the idle session last before this
         uses = 0
@@ -262,7 +279,6 @@ def test_a_flood_from_one_client_is_refused_while_another_client_is_answered(app
 
 def log_in_page(browser, app: App, name: str, password: str):
     """A fresh browser context logged in through Gradio's own login form."""
-    post_login(app, name, password)  # waits out a lockout left by the throttle test, if any
     page = browser.new_context(viewport={"width": 1280, "height": 1000}).new_page()
     page.goto(app.admin_url)
     page.locator("input[type=password]").wait_for(timeout=60_000)
@@ -277,7 +293,9 @@ def log_in_page(browser, app: App, name: str, password: str):
 def test_in_the_browser_an_agent_is_refused_a_delete_and_the_admin_sees_it_in_the_audit_log(app, browser):
     _, stats = chat_client(app).predict("Explain step by step how to restore a file I deleted.", [], api_name="/chat")
     entry = replies_table(app.data_dir)[stats["reply_id"]]["entry_id"]
-    agent = log_in_page(browser, app, AGENT, AGENT_PW)
+    agent_name, agent_password = new_account(app, "agent-in-browser")
+    admin_name, admin_password = new_account(app, "admin-in-browser", "admin")
+    agent = log_in_page(browser, app, agent_name, agent_password)
     assert "(agent)" in agent.locator("#who").inner_text()
     agent.locator("#entry-id input").fill(str(entry))
     agent.get_by_role("button", name="Open", exact=True).click()
@@ -286,9 +304,9 @@ def test_in_the_browser_an_agent_is_refused_a_delete_and_the_admin_sees_it_in_th
     agent.get_by_role("button", name="Really delete?").click()
     agent.get_by_text("Only an admin may do this (delete)").first.wait_for(timeout=60_000)
     assert entry in read_store(app.data_dir).entry_ids
-    admin = log_in_page(browser, app, ADMIN, ADMIN_PW)
+    admin = log_in_page(browser, app, admin_name, admin_password)
     admin.get_by_role("tab", name="Audit log").click()
-    admin.locator("#audit-actor input, #audit-actor textarea").first.fill(AGENT)
+    admin.locator("#audit-actor input, #audit-actor textarea").first.fill(agent_name)
     admin.locator("#audit-show").click()
     admin.locator("#audit-table").get_by_text("denied").first.wait_for(timeout=60_000)
     admin.screenshot(path=str(app.data_dir.parent / "audit.png"), full_page=True)
