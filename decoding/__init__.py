@@ -1,6 +1,10 @@
-"""LLMA decoding (Inference with Reference, Yang et al. 2023): lossless, reference-assisted greedy decoding."""
+"""LLMA decoding (Inference with Reference, Yang et al. 2023): lossless, reference-assisted greedy decoding.
 
-from .cost_model import CostCurve, choose_step_width, choose_weights, load_or_measure, measure_cost_curve
+What the other packages use; everything else is imported from its module.
+"""
+
+from .cost_curve import CostCurve
+from .cost_model import choose_step_width, choose_weights, load_or_measure, measure_cost_curve
 from .engine import (
     AUTO,
     ONE_TOKEN,
@@ -8,105 +12,74 @@ from .engine import (
     Engine,
     EngineConfigError,
     StepWidth,
+    attention_name,
     build_engine,
     check_lossless,
-    load_engine,
-)
-from .forward import wants_fixed_width
-from .greedy import greedy_generate, greedy_stream
-from .hardware import CpuFeatures, cpu_features, pick_device, pick_dtype
-from .llma import LlmaOptions, ModelVerifier, Verifier, llma_generate, llma_steps, llma_stream
-from .model_loading import ModelLoadError, load_model, prepare_bundled_model
-from .packed import (
-    DEFAULT_PREFIX_CACHE_BYTES,
-    PackedLlama,
-    attention_name,
     forward_name,
-    pack_model,
-    packing_refusal,
+    load_engine,
     weights_name,
 )
-from .policy import AdaptiveCopyPolicy, CopyPolicy, Drafter, FixedCopyPolicy, best_copy_len
-from .prefix_cache import PrefixCache
-from .reference_index import OUTPUT_SOURCE, PROMPT_SOURCE, Match, ReferenceIndex
+from .greedy import greedy_generate, scheduled_greedy
+from .hardware import CpuFeatures, cpu_features, pick_device, pick_dtype
+from .llma import LlmaOptions, llma_generate, llma_stream
+from .model_loading import ModelLoadError, load_model
+from .packed import DEFAULT_PREFIX_CACHE_BYTES, PackedLlama
+from .policy import AdaptiveCopyPolicy, CopyPolicy, FixedCopyPolicy
+from .reference_index import OUTPUT_SOURCE, PROMPT_SOURCE
 from .repetition import NAMED_RULES, RECOMMENDED_REPETITION_RULE, REPETITION_OFF, RepetitionRule
 from .result import Chunk, CopiedRun, DecodeResult
-from .scheduler import Scheduler, Sharing, scheduled_greedy, scheduled_llma_stream
-from .steps import (
-    ONE_TOKEN_STEPS,
-    PREFILL_CHUNK,
-    UNKNOWN,
-    StepConfig,
-    sized_steps,
-    verify_in_blocks,
-)
+from .scheduler import Scheduler, Sharing, scheduled_llma_stream
+from .steps import ONE_TOKEN_STEPS, StepConfig
 from .threads import in_passing_thread, one_core_here
 
 __all__ = [
     "AUTO",
     "DEFAULT_PREFIX_CACHE_BYTES",
-    "PREFILL_CHUNK",
-    "PrefixCache",
+    "NAMED_RULES",
     "ONE_TOKEN",
-    "Engine",
-    "EngineConfigError",
-    "StepWidth",
-    "build_engine",
-    "check_lossless",
-    "in_passing_thread",
-    "one_core_here",
-    "load_engine",
     "ONE_TOKEN_STEPS",
-    "UNKNOWN",
-    "CpuFeatures",
-    "StepConfig",
-    "choose_step_width",
-    "choose_weights",
-    "WEIGHTS_SETTINGS",
-    "wants_fixed_width",
-    "sized_steps",
-    "cpu_features",
-    "pick_device",
-    "pick_dtype",
-    "verify_in_blocks",
     "OUTPUT_SOURCE",
     "PROMPT_SOURCE",
+    "RECOMMENDED_REPETITION_RULE",
+    "REPETITION_OFF",
+    "WEIGHTS_SETTINGS",
     "AdaptiveCopyPolicy",
     "Chunk",
     "CopiedRun",
     "CopyPolicy",
     "CostCurve",
+    "CpuFeatures",
     "DecodeResult",
-    "Drafter",
+    "Engine",
+    "EngineConfigError",
     "FixedCopyPolicy",
     "LlmaOptions",
-    "Match",
     "ModelLoadError",
-    "ModelVerifier",
     "PackedLlama",
-    "forward_name",
-    "weights_name",
-    "attention_name",
-    "pack_model",
-    "packing_refusal",
-    "ReferenceIndex",
+    "RepetitionRule",
     "Scheduler",
     "Sharing",
-    "scheduled_greedy",
-    "scheduled_llma_stream",
-    "NAMED_RULES",
-    "RECOMMENDED_REPETITION_RULE",
-    "REPETITION_OFF",
-    "RepetitionRule",
-    "Verifier",
-    "best_copy_len",
+    "StepConfig",
+    "StepWidth",
+    "attention_name",
+    "build_engine",
+    "check_lossless",
+    "choose_step_width",
+    "choose_weights",
+    "cpu_features",
+    "forward_name",
     "greedy_generate",
-    "greedy_stream",
+    "in_passing_thread",
     "llma_generate",
-    "llma_steps",
     "llma_stream",
+    "load_engine",
     "load_model",
     "load_or_measure",
     "measure_cost_curve",
-    "prepare_bundled_model",
+    "one_core_here",
+    "pick_device",
+    "pick_dtype",
+    "scheduled_greedy",
+    "scheduled_llma_stream",
+    "weights_name",
 ]

@@ -1,100 +1,34 @@
-"""What one verification forward pass costs, by the number of tokens it checks.
+"""What forwards cost on this machine, measured: the cost curve the copy policy plans with, and the calibration an
+engine is built from (the step width, the weight format), each measured once per machine and kept in a file.
 
-On a CPU the fixed overhead of a forward dominates: checking 16 tokens costs about twice one.
-The adaptive copy policy weighs the expected accepted tokens against this curve. Under a step width W
-every decode forward is W wide, so the curve is flat up to W and steps up by one forward per W tokens;
-where short blocks run unpadded (StepConfig.padded) it rises with the rows up to W.
+The arithmetic that chooses by the measurements is pure and lives in decoding/cost_curve.py.
 """
 
 import json
-import math
 import os
 import platform
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 
 from .batch_probe import short_blocks_keep_their_bits
-from .forward import ModelVerifier, wants_fixed_width
+from .cost_curve import (
+    COMPANY,
+    DEFAULT_SIZES,
+    STEP_WIDTHS,
+    UNPADDED_WIDTH,
+    CostCurve,
+    format_seconds,
+    widest_flat_width,
+)
 from .hardware import device_name, synchronize
-from .packed import Lane, PackedLlama, attention_name, forward_name, weights_name
+from .packed import Lane, PackedLlama
+from .recipe import packing_of
 from .steps import ONE_TOKEN_STEPS, StepConfig
+from .verifier import ModelVerifier
 from .weights import WEIGHT_FORMATS, format_refusal, int4_refusal
-
-DEFAULT_SIZES = (1, 2, 4, 8, 16, 32, 64)
-STEP_WIDTHS = (16, 8, 4, 2)  # the widest whose forward is nearly as cheap as one token's is chosen
-FLAT_TOLERANCE = 1.2  # "nearly": at most 20% dearer than a one-token forward of the same kind
-# Where short blocks run unpadded, a step costs only the rows its block holds and the width only caps a draft, so
-# steps are this wide even where wide forwards are dear (the copy policy weighs each draft's rows). Measured on
-# the AMD EPYC, int4 (`python -m bench --workloads repeat,grounded,followup,novel --methods greedy,llma --limit 5
-# --max-new-tokens 64 --step-width 2|8`, alternately, twice): LLMA over greedy 2.59-2.67x on repeats against
-# 1.49-1.53x at W = 2, follow-ups 1.54-1.72x against 1.33-1.40x, novel questions 1.01-1.08x against 1.06-1.07x.
-UNPADDED_WIDTH = 8
-
-
-@dataclass(frozen=True)
-class CostCurve:
-    """Seconds of one forward pass of `sizes[i]` new tokens over a warm KV cache.
-
-    With `step_width` W the engine pads every forward to W tokens: `sizes` is (W,) and n tokens cost
-    ceil(n / W) forwards.
-    """
-
-    sizes: tuple[int, ...]
-    seconds: tuple[float, ...]
-    context_len: int = 256
-    step_width: int | None = None
-    padded: bool = True  # with a step width: False when short blocks run unpadded, `sizes` then 1.. up to W
-
-    def cost(self, n_tokens: int) -> float:
-        """Seconds for a forward of n_tokens, interpolated linearly between measured sizes."""
-        n_tokens = max(n_tokens, 1)
-        if self.step_width is None:
-            return self._interpolated(n_tokens)
-        if self.padded:
-            return math.ceil(n_tokens / self.step_width) * self.seconds[-1]
-        full, rest = divmod(n_tokens, self.step_width)  # full-width forwards, then one of the rest's rows
-        return full * self._interpolated(self.step_width) + (self._interpolated(rest) if rest else 0.0)
-
-    def _interpolated(self, n_tokens: int) -> float:
-        sizes, secs = self.sizes, self.seconds
-        if n_tokens <= sizes[0]:
-            return secs[0]
-        for i in range(1, len(sizes)):
-            if n_tokens <= sizes[i]:
-                share = (n_tokens - sizes[i - 1]) / (sizes[i] - sizes[i - 1])
-                return secs[i - 1] + (secs[i] - secs[i - 1]) * share
-        slope = (secs[-1] - secs[-2]) / (sizes[-1] - sizes[-2])
-        return secs[-1] + slope * (n_tokens - sizes[-1])
-
-    def relative(self, n_tokens: int) -> float:
-        """Cost of a forward of n_tokens in units of a one-token step."""
-        return self.cost(n_tokens) / self.cost(1)
-
-    def in_company(self, share: float) -> "CostCurve":
-        """This reply's costs in a shared forward where its share of the time is `share` x a lone one-token step.
-
-        Sharing spreads the forward's fixed cost over the replies, but a draft's extra rows still cost every reply
-        sharing it their full price: relative to this reply's share, they weigh 1 / share times as much (measured
-        on the AMD EPYC, int4, 8 replies: ~7 ms a reply against 15 ms alone, so a draft must be accepted about
-        twice as often to pay)."""
-        if share >= 1.0 or self.step_width is None or self.padded:
-            return self  # alone, or padded blocks, whose rows cost the same drafted or not
-        one = self._interpolated(1)
-        return replace(self, seconds=tuple(one + (s - one) / share for s in self.seconds))
-
-    def to_json(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict) -> "CostCurve":
-        width = data.get("step_width")
-        return cls(
-            tuple(data["sizes"]), tuple(data["seconds"]), int(data.get("context_len", 256)), width,
-            bool(data.get("padded", True)),
-        )
 
 
 @torch.inference_mode()
@@ -135,16 +69,16 @@ def measure_cost_curve(
     return CostCurve(sizes, tuple(monotone), context_len, steps.width, steps.padded)
 
 
-def machine_key(model: torch.nn.Module, steps: StepConfig = ONE_TOKEN_STEPS) -> str:
-    """Model shape, dtype, step width, device (with the GPU's name on CUDA), threads, OpenMP wait policy and
-    processor: what the curve depends on."""
-    cfg = model.config
+def machine_key(model, steps: StepConfig = ONE_TOKEN_STEPS) -> str:
+    """Model shape and packing (decoding/recipe.py), dtype, step width, device (with the GPU's name on CUDA),
+    threads, OpenMP wait policy and processor: what the curve depends on."""
+    cfg, packing = model.config, packing_of(model)
     dtype = str(next(model.parameters()).dtype)
-    shape = f"{cfg.model_type}-{cfg.num_hidden_layers}x{cfg.hidden_size}-v{cfg.vocab_size}-{forward_name(model)}"
-    if weights_name(model) != "dense":  # dense keys stay as they were, so a machine's measured curves still count
-        shape += f"-{weights_name(model)}"
-    if attention_name(model) != "sdpa":
-        shape += f"-{attention_name(model)}"
+    shape = f"{cfg.model_type}-{cfg.num_hidden_layers}x{cfg.hidden_size}-v{cfg.vocab_size}-{packing.forward}"
+    if packing.weights != "dense":  # dense keys stay as they were, so a machine's measured curves still count
+        shape += f"-{packing.weights}"
+    if packing.attention != "sdpa":
+        shape += f"-{packing.attention}"
     width = f"width={steps.width},cache_len={steps.cache_len}" if steps.width else "width=variable"
     if steps.width and not steps.padded:
         width += ",unpadded"
@@ -188,6 +122,13 @@ def _read(cache_file: Path | None) -> dict:
         return {}  # a damaged cache file only costs a re-measurement
 
 
+def wants_fixed_width(model) -> bool:
+    """W-wide steps where they are flat in cost and needed for bit-identity: the packed forward (fp32 or bf16;
+    a few rows cost about what one does once weights are prepacked) and bf16 anywhere. transformers' fp32
+    forward keeps one-token steps: there an 8-wide step costs about twice a one-token one."""
+    return packing_of(model).forward == "packed" or model.dtype == torch.bfloat16
+
+
 def choose_step_width(model, cache_file: Path | None = None) -> int | None:
     """The step width for `model` on this machine: None (one-token steps) where fixed widths do not pay,
     else the widest of STEP_WIDTHS whose forward costs at most FLAT_TOLERANCE x a one-token forward, and
@@ -219,8 +160,7 @@ def chosen_step(model, cache_file: Path | None = None) -> ChosenStep:
     if key in stored:
         return ChosenStep(int(stored[key]), stored.get(machine_key(model) + "|step-seconds"))
     cost = {n: measure_cost_curve(model, steps=StepConfig(n, 512), repeats=7).seconds[0] for n in (1, *STEP_WIDTHS)}
-    flat = [w for w in STEP_WIDTHS if cost[w] <= FLAT_TOLERANCE * cost[1]]
-    width = max(flat) if flat else min(STEP_WIDTHS)
+    width = widest_flat_width(cost)
     seconds = cost[width]  # what choose_weights compares: the formats' flat steps
     width = unpadded_width(model, width)
     _store(cache_file, key, width)
@@ -231,14 +171,12 @@ def chosen_step(model, cache_file: Path | None = None) -> ChosenStep:
 def unpadded_width(model, width: int) -> int:
     """UNPADDED_WIDTH where it is wider than `width` and this machine's kernels give a short block alone the bits
     it gets padded (batch_probe.short_blocks_keep_their_bits), so steps run unpadded; else `width`."""
-    wider = width < UNPADDED_WIDTH and isinstance(model, PackedLlama)
+    wider = width < UNPADDED_WIDTH and packing_of(model).forward == "packed"
     return UNPADDED_WIDTH if wider and short_blocks_keep_their_bits(model, UNPADDED_WIDTH) else width
 
 
 def weight_formats(model: torch.nn.Module) -> list[str]:
-    """The weight formats the packed forward can hold this (transformers) model in, "dense" first."""
-    if isinstance(model, PackedLlama):
-        model = model.source
+    """The weight formats the packed forward can hold this transformers model in, "dense" first."""
     allowed = [f for f in WEIGHT_FORMATS if format_refusal(f, model.dtype, model.device) is None]
     products = [m.weight for m in model.model.layers[0].modules() if isinstance(m, torch.nn.Linear)]
     if any(int4_refusal(w) for w in (*products, model.lm_head.weight)):
@@ -253,22 +191,19 @@ def choose_weights(model: torch.nn.Module, cache_file: Path | None = None) -> st
     weight once, so fewer bytes a weight usually wins alone; but PyTorch's int kernels widen weights to bf16
     row by row, so their cost grows faster with the rows a forward holds (measured, Intel Xeon without AMX,
     2 threads: int4 1 row 12.8 ms, 2 rows 1.18x, 4 rows 1.46x; bf16 24.6 ms, 1.08x, 1.19x), and q4 widens
-    each weight once for 8 rows. Measured once per machine and kept in `cache_file`, like the width."""
-    source = model.source if isinstance(model, PackedLlama) else model
-    formats = weight_formats(source)
+    each weight once for 8 rows. Measured once per machine and kept in `cache_file`, like the width. `model`:
+    the transformers model, before it is packed."""
+    formats = weight_formats(model)
     if len(formats) == 1:
         return formats[0]
-    seconds, (lanes, _) = {}, COMPANY
+    seconds = {}
     for weights in formats:
-        packed = PackedLlama(source, weights=weights)
+        packed = PackedLlama(model, weights=weights)
         step = chosen_step(packed, cache_file)
         if step.seconds is None:  # an earlier start kept the width only: time that one width
             step = replace(step, seconds=measure_cost_curve(packed, steps=StepConfig(step.width, 512)).seconds[0])
-        seconds[weights] = step.seconds + company_seconds(packed, cache_file) / lanes
+        seconds[weights] = format_seconds(step.seconds, company_seconds(packed, cache_file))
     return min(formats, key=seconds.__getitem__)
-
-
-COMPANY = (8, 2)  # replies x rows each: a full shared forward (DEFAULT_MAX_SLOTS), a greedy step and a draft's row
 
 
 def company_seconds(model: PackedLlama, cache_file: Path | None = None) -> float:

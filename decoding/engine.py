@@ -14,15 +14,9 @@ from .batch_probe import short_blocks_keep_their_bits
 from .cost_model import choose_step_width, choose_weights
 from .hardware import device_name
 from .model_loading import load_model
-from .packed import (
-    DEFAULT_PREFIX_CACHE_BYTES,
-    PackedLlama,
-    attention_name,
-    forward_name,
-    pack_model,
-    packing_refusal,
-    weights_name,
-)
+from .packed import DEFAULT_PREFIX_CACHE_BYTES, PackedLlama
+from .packing import packing_refusal
+from .recipe import packing_of
 from .steps import PREFILL_CHUNK, StepConfig, sized_steps
 from .weights import WEIGHT_FORMATS, format_refusal
 
@@ -78,28 +72,28 @@ class Engine:
 
     @property
     def forward(self) -> str:
-        """"packed" or "transformers": the one name every label reads."""
-        return forward_name(self.model)
+        """"packed" or "transformers": the one name every label reads (the forward's packing, decoding/recipe.py)."""
+        return packing_of(self.model).forward
 
     @property
     def weights(self) -> str:
         """"dense" (the model's dtype), "int8", "int4" or "q4": how the packed forward holds its weights."""
-        return weights_name(self.model)
+        return packing_of(self.model).weights
 
     @property
     def attention(self) -> str:
-        """"kernel", "batched" or "sdpa": how decode steps attend (decoding/packed.py, attention_name)."""
-        return attention_name(self.model)
+        """"kernel", "batched" or "sdpa": how decode steps attend."""
+        return packing_of(self.model).attention
 
     @property
     def prefill_attention(self) -> str:
-        """"kernel" or "sdpa": how prompts attend (PackedLlama.prefill_attention); transformers' forward: "sdpa"."""
-        return self.model.prefill_attention if isinstance(self.model, PackedLlama) else "sdpa"
+        """"kernel" or "sdpa": how prompts attend; transformers' forward: "sdpa"."""
+        return packing_of(self.model).prefill_attention
 
     @property
     def prefill_weights(self) -> str:
-        """The weight format prompts are prefilled in (PackedLlama.prefill_weights): dense for every format here."""
-        return self.model.prefill_weights if isinstance(self.model, PackedLlama) else "dense"
+        """The weight format prompts are prefilled in: dense for every format here."""
+        return packing_of(self.model).prefill_weights
 
     @property
     def dtype(self) -> torch.dtype:
@@ -154,7 +148,7 @@ def build_engine(
     step_width = {"auto": None, "one-token": None, "fixed": width.width}[width.kind]
     if width.kind == "auto":
         step_width = choose_width(model)
-    if step_width is None and isinstance(model, PackedLlama):
+    if step_width is None and packing_of(model).forward == "packed":
         model = model.source
     refuse_lossy(model, step_width)
     return Engine(model, tokenizer, model_id, step_width, padded_steps=needs_padding(model, step_width))
@@ -163,7 +157,7 @@ def build_engine(
 def needs_padding(model: torch.nn.Module, step_width: int | None) -> bool:
     """Whether short blocks must be padded to the width: yes unless the packed forward's rows were measured
     to keep their bits in shorter blocks (decoding/batch_probe.py; about a second at start)."""
-    if step_width is None or step_width == 1 or not isinstance(model, PackedLlama):
+    if step_width is None or step_width == 1 or packing_of(model).forward != "packed":
         return True
     return not short_blocks_keep_their_bits(model, step_width)
 
@@ -199,6 +193,32 @@ def check_lossless(dtype: torch.dtype, step_width: int | None) -> None:
             "bfloat16 with one-token steps (step width 0) is refused: there LLMA's replies can differ from greedy "
             "decoding. Use a step width of at least 1 (or auto), or float32."
         )
+
+
+def pack_model(
+    model: torch.nn.Module, width_hint: int = 8, weights: str = "dense",
+    prefix_cache_bytes: int = DEFAULT_PREFIX_CACHE_BYTES,
+) -> "PackedLlama | torch.nn.Module":
+    """The packed forward where the model allows it, else the model itself (transformers' forward)."""
+    if packing_refusal(model) is not None:
+        return model
+    return PackedLlama(model, weights=weights, prefix_cache_bytes=prefix_cache_bytes, width_hint=width_hint)
+
+
+def forward_name(model) -> str:
+    """Which forward decodes with `model`: "packed" or "transformers" (the deployment's keys)."""
+    return packing_of(model).forward
+
+
+def weights_name(model) -> str:
+    """How the forward holds its weights: "int8", "int4" or "q4" (packed only), else "dense" (the model's dtype)."""
+    return packing_of(model).weights
+
+
+def attention_name(model) -> str:
+    """How decode steps attend: "kernel" (the lane kernel, decoding/csrc), "batched" (one SDPA call for every lane,
+    CUDA) or "sdpa" (lane by lane: every reply before them)."""
+    return packing_of(model).attention
 
 
 def load_engine(

@@ -1,21 +1,31 @@
-"""Greedy decoding, one token per forward pass: the honest baseline LLMA must equal.
+"""Greedy decoding, the honest baseline LLMA must equal: the LLMA loop with nothing to copy.
 
 Greedy here is the engine's decoding rule: the argmax, under a `RepetitionRule` when one is given (plain
-argmax by default), decided from each position's logits and the reply before it.
+argmax by default), decided from each position's logits and the reply before it. With no reference, not even
+the prompt or the reply so far, LLMA never drafts, so each step is a verification of the pending token alone: one
+loop (decoding/llma.py) decodes both, alone or through the scheduler's shared forwards.
 """
 
-import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 
 import torch
 
-from .forward import ModelVerifier
+from .llma import LlmaOptions, llma_stream
+from .policy import FixedCopyPolicy
 from .repetition import REPETITION_OFF, RepetitionRule
-from .result import Chunk, DecodeResult, check_inputs
+from .result import Chunk, DecodeResult
+from .scheduler import Scheduler, Sharing, scheduled_llma_stream
 from .steps import ONE_TOKEN_STEPS, StepConfig
 
+NEVER_ASKED = FixedCopyPolicy(match_len=1, copy_len=1)  # nothing is indexed, so nothing ever matches
 
-@torch.inference_mode()
+
+def nothing_to_copy(options: LlmaOptions) -> LlmaOptions:
+    """`options` with the prompt and the reply so far no references either."""
+    return replace(options, use_prompt=False, use_output=False)
+
+
 def greedy_stream(
     model: torch.nn.Module,
     prompt_ids: Sequence[int],
@@ -26,25 +36,8 @@ def greedy_stream(
     repetition: RepetitionRule = REPETITION_OFF,
 ) -> Iterator[Chunk]:
     """Yields each token as the model chooses it; each step is a verification of no draft."""
-    check_inputs(prompt_ids, max_new_tokens)
-    steps.check_fits(len(prompt_ids), max_new_tokens)
-    result = result if result is not None else DecodeResult()
-    start = time.perf_counter()
-    if max_new_tokens == 0:
-        return
-    verifier = ModelVerifier(model, prompt_ids, steps, repetition)
-    token = verifier.first_token()
-    result.prefill_seconds, result.prompt_reused = time.perf_counter() - start, verifier.prompt_reused
-    while True:
-        result.forward_passes = verifier.forward_passes
-        result.accept([token], max_new_tokens, eos_token_id, repetition)
-        dropped = result.drop_repeat()  # the stop rule cuts the reply where its repetition began
-        result.seconds = time.perf_counter() - start
-        yield Chunk([token], copied=0, source=None, drafted=0, result=result, dropped=dropped)
-        if result.done():
-            return
-        token = verifier.verify([token], result.tokens)[0]
-        verifier.keep(1)
+    options = nothing_to_copy(LlmaOptions(max_new_tokens, eos_token_id, repetition=repetition))
+    yield from llma_stream(model, prompt_ids, [], NEVER_ASKED, options, result, steps)
 
 
 def greedy_generate(
@@ -60,4 +53,17 @@ def greedy_generate(
     for chunk in greedy_stream(model, prompt_ids, max_new_tokens, eos_token_id, result, steps, repetition):
         if on_chunk is not None:
             on_chunk(chunk)
+    return result
+
+
+def scheduled_greedy(
+    scheduler: Scheduler, prompt_ids: Sequence[int], options: LlmaOptions, steps: StepConfig,
+    sharing: Sharing | None = None,
+) -> DecodeResult:
+    """Greedy decoding (under `options.repetition`) through the scheduler's shared forwards."""
+    result = DecodeResult()
+    chunks = scheduled_llma_stream(scheduler, prompt_ids, [], NEVER_ASKED, nothing_to_copy(options), steps, result,
+                                   sharing)
+    for _ in chunks:
+        pass
     return result

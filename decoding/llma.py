@@ -14,12 +14,12 @@ from typing import Protocol
 
 import torch
 
-from .forward import ModelVerifier
 from .policy import CopyPolicy
 from .reference_index import OUTPUT_SOURCE, PROMPT_SOURCE, Match, ReferenceIndex
 from .repetition import REPETITION_OFF, RepetitionRule
 from .result import Chunk, CopiedRun, DecodeResult, check_inputs
 from .steps import ONE_TOKEN_STEPS, StepConfig
+from .verifier import ModelVerifier
 
 
 @dataclass(frozen=True)

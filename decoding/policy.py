@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from .cost_model import CostCurve
+from .cost_curve import CostCurve
 from .reference_index import Match
 
 

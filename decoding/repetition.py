@@ -21,8 +21,6 @@ from functools import cached_property
 
 import torch
 
-from .lane_kernel import lane_kernel_refusal
-
 MAX_MATCH = 64  # repeats are measured up to this many tokens; a DRY penalty stops growing there
 MAX_PENALTY = 1e30  # a DRY penalty past this is a ban anyway; capped so it stays finite in float32
 
@@ -108,16 +106,24 @@ class RepetitionRule:
             prefixes.update(number[: i + 1] for i in range(len(number)))
         return frozenset(prefixes)
 
-    def choose(self, logits: torch.Tensor, reply: Sequence[int], grounded: frozenset[str] = frozenset()) -> int:
-        """The token at a position whose logits are `logits` (V,) and whose reply before it is `reply`;
-        `grounded` is numbers_in(the prompt)."""
+    def adjusted(
+        self, logits: torch.Tensor, reply: Sequence[int], grounded: frozenset[str] = frozenset()
+    ) -> torch.Tensor:
+        """The logits (V,) of a position whose reply before it is `reply`, after the rule's bans and penalties:
+        `logits` itself where nothing changes, else a float32 copy. `grounded` is numbers_in(the prompt). The token
+        chosen there is the first index of the largest (decoding/verifier.py, first_argmax)."""
         penalties = self.penalties(reply, grounded) if self.changes_choice else {}
         if not penalties:
-            return first_argmax(logits)
+            return logits
         row = logits.to(torch.float32, copy=True)  # (V,) float32: exact for bf16 and fp32 logits alike
         ids = torch.tensor(list(penalties), device=row.device)
         row[ids] -= torch.tensor(list(penalties.values()), dtype=torch.float32, device=row.device)
-        return first_argmax(row)
+        return row
+
+    def choose(self, logits: torch.Tensor, reply: Sequence[int], grounded: frozenset[str] = frozenset()) -> int:
+        """The token at that position: the first index of the largest adjusted logit (a NaN above any number), as
+        torch's argmax picks it, and as the verifier's first_argmax does."""
+        return int(self.adjusted(logits, reply, grounded).float().argmax())
 
     def penalties(self, reply: Sequence[int], grounded: frozenset[str] = frozenset()) -> dict[int, float]:
         """What each token's logit loses after `reply` (math.inf: banned); tokens not listed lose nothing."""
@@ -182,24 +188,6 @@ RECOMMENDED_REPETITION_RULE = RepetitionRule(
     ground_numbers=True,
 )
 NAMED_RULES = {"dry": RECOMMENDED_REPETITION_RULE, "off": REPETITION_OFF}  # the choices of CHATBOT_REPETITION
-
-
-def first_argmax(logits: torch.Tensor) -> int | list[int]:
-    """The first index of the largest logit, of a row (V,) or of each row (n, V), as torch's argmax picks it (ties
-    to the first, a NaN above any number). On the CPU through the lane library's kernel
-    (decoding/csrc/first_argmax.cpp: 8 rows of 49,152 bf16 logits in 22 against 440 us, AMD EPYC), else the argmax
-    of the float32 copy, which converts bf16 exactly and keeps its order (torch's bf16 argmax is 4x slower still).
-    A reply's thread picks up to 8 rows between two forwards."""
-    if _kernel_takes(logits):
-        chosen = torch.ops.llma.first_argmax(logits.reshape(-1, logits.shape[-1]))
-        return chosen if logits.dim() > 1 else chosen[0]
-    chosen = logits.float().argmax(dim=-1)
-    return chosen.tolist() if logits.dim() > 1 else int(chosen)
-
-
-def _kernel_takes(logits: torch.Tensor) -> bool:
-    return (logits.device.type == "cpu" and logits.dtype in (torch.bfloat16, torch.float32)
-            and logits.dim() in (1, 2) and logits.shape[-1] > 0 and lane_kernel_refusal() is None)
 
 
 NUMBER_JOINERS = ".,"  # inside a number ("12.50", "10,000"), never its first or last character

@@ -29,14 +29,15 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from .batch_probe import rows_keep_their_bits
-from .forward import ModelVerifier
 from .hardware import synchronize
 from .llma import LlmaOptions, llma_steps
-from .packed import Lane, PackedLlama, PackedRunner
-from .policy import CopyPolicy, FixedCopyPolicy, SharedForwardPolicy
+from .packed import Lane, PackedLlama
+from .policy import CopyPolicy, SharedForwardPolicy
 from .result import Chunk, DecodeResult, check_inputs
+from .runners import PackedRunner
 from .steps import StepConfig
 from .threads import computes_on_several_cores, one_core_here, stops_computing
+from .verifier import ModelVerifier
 
 logger = logging.getLogger(__name__)
 
@@ -350,15 +351,3 @@ def scheduled_llma_stream(
         verifier = ModelVerifier(scheduler.model, prompt_ids, steps, options.repetition, runner=runner)
         shared = SharedForwardPolicy(policy, scheduler.lane_seconds)  # drafts weighed by the company kept
         yield from llma_steps(verifier, prompt_ids, references, shared, options, result)
-
-
-def scheduled_greedy(
-    scheduler: Scheduler, prompt_ids: Sequence[int], options: LlmaOptions, steps: StepConfig,
-    sharing: Sharing | None = None,
-) -> DecodeResult:
-    """Greedy decoding (under `options.repetition`) through the scheduler: the LLMA loop with nothing to copy."""
-    result = DecodeResult()
-    no_copy = replace(options, use_prompt=False, use_output=False)
-    for _ in scheduled_llma_stream(scheduler, prompt_ids, [], FixedCopyPolicy(1, 1), no_copy, steps, result, sharing):
-        pass
-    return result

@@ -8,7 +8,7 @@ differs, and the time is modelled with a measured cost curve.
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from .cost_model import CostCurve
+from .cost_curve import CostCurve
 from .llma import DEFAULT_OPTIONS, LlmaOptions, llma_steps
 from .policy import CopyPolicy
 from .result import DecodeResult

@@ -11,7 +11,7 @@ from transformers import (
     Qwen3Config,
 )
 
-from decoding.forward import open_runner
+from decoding.runners import open_runner
 from decoding.steps import StepConfig
 
 CONFIGS = {

@@ -34,7 +34,8 @@ from decoding import scheduler as scheduler_module
 from decoding.batch_probe import shared_forward_mismatches, short_block_mismatches
 from decoding.hardware import pick_dtype
 from decoding.lane_kernel import lane_kernel_refusal
-from decoding.packed import Lane, PackedRunner
+from decoding.packed import Lane
+from decoding.runners import PackedRunner
 from decoding.scheduler import Scheduler, Sharing, scheduled_llma_stream
 from decoding.threads import in_passing_thread, one_core_here
 from decoding.weights import q4_refusal

@@ -17,9 +17,9 @@ from decoding import (
     greedy_generate,
     llma_generate,
     load_model,
-    pack_model,
 )
 from decoding.batch_probe import short_blocks_keep_their_bits
+from decoding.engine import pack_model
 from decoding.hardware import pick_dtype
 
 from .invariance import differing_positions

@@ -7,11 +7,20 @@ import pytest
 import torch
 
 from bench import gpu_check
-from decoding import Engine, LlmaOptions, PackedLlama, Scheduler, StepConfig, greedy_generate, scheduled_greedy
-from decoding import packed as packed_module
+from decoding import (
+    Engine,
+    LlmaOptions,
+    PackedLlama,
+    Scheduler,
+    StepConfig,
+    greedy_generate,
+    layers,
+    packing,
+    scheduled_greedy,
+)
 from decoding.cost_model import machine_key, measure_company
-from decoding.forward import HfRunner
 from decoding.hardware import device_name, synchronize
+from decoding.runners import HfRunner
 from decoding.steps import ONE_TOKEN_STEPS
 from tests.conftest import make_tiny_llama
 from tests.threads import run_at_once
@@ -40,8 +49,8 @@ def test_the_dry_run_has_every_section_none_failed_and_every_reply_equals_greedy
 
 def test_the_dry_run_through_batched_attention_keeps_every_reply_equal_to_greedy(monkeypatch, tmp_path):
     """The attention a GPU runs (one SDPA call for every reply of a shared forward) forced on the CPU."""
-    monkeypatch.setattr(packed_module, "BATCHED_ATTENTION_DEVICES", ("cpu", "cuda"))
-    monkeypatch.setattr(packed_module, "lane_kernel_refusal", lambda: "off for this test")
+    monkeypatch.setattr(packing, "BATCHED_ATTENTION_DEVICES", ("cpu", "cuda"))
+    monkeypatch.setattr(packing, "lane_kernel_refusal", lambda: "off for this test")
     assert gpu_check.main(["--cpu-dry-run", "--out", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "report.json").read_text())
     sections = {entry["section"]: entry for entry in report["sections"]}
@@ -123,9 +132,9 @@ def test_scripting_layers_for_cuda_turns_torchscript_fusion_off(monkeypatch):
     switched = []
     monkeypatch.setattr(torch._C, "_jit_set_texpr_fuser_enabled", lambda on: switched.append(("texpr", on)))
     monkeypatch.setattr(torch._C, "_jit_override_can_fuse_on_gpu", lambda on: switched.append(("gpu", on)))
-    packed_module._scripted(torch.nn.Identity(), torch.device("cpu"))
+    layers.scripted(torch.nn.Identity(), torch.device("cpu"))
     assert switched == []
-    packed_module._scripted(torch.nn.Identity(), torch.device("cuda"))
+    layers.scripted(torch.nn.Identity(), torch.device("cuda"))
     assert switched == [("texpr", False), ("gpu", False)]
 
 

@@ -6,7 +6,7 @@ import torch
 
 from decoding import PackedLlama, StepConfig, greedy_generate
 from decoding.kv_pool import FreeCaches
-from decoding.packed import PackedRunner
+from decoding.runners import PackedRunner
 
 from .invariance import make_tiny_model
 from .test_invariance import random_ids

@@ -11,7 +11,6 @@ from decoding import (
     FixedCopyPolicy,
     LlmaOptions,
     PackedLlama,
-    PrefixCache,
     StepConfig,
     build_engine,
     choose_step_width,
@@ -19,14 +18,14 @@ from decoding import (
     cost_model,
     greedy_generate,
     llma_generate,
-    pack_model,
-    packing_refusal,
 )
 from decoding.batch_probe import short_block_mismatches
-from decoding.cost_model import FLAT_TOLERANCE, STEP_WIDTHS, UNPADDED_WIDTH, CostCurve
-from decoding.engine import StepWidth, needs_padding
-from decoding.forward import open_runner
-from decoding.packed import Lane, PackedRunner, attention_name
+from decoding.cost_curve import FLAT_TOLERANCE, STEP_WIDTHS, UNPADDED_WIDTH, CostCurve
+from decoding.engine import StepWidth, attention_name, needs_padding, pack_model
+from decoding.packed import Lane
+from decoding.packing import packing_refusal
+from decoding.prefix_cache import PrefixCache
+from decoding.runners import PackedRunner, open_runner
 from decoding.weights import format_refusal, int4_weight, q4_refusal, q4_weight
 
 from .invariance import VOCAB, differing_positions, make_tiny_model
@@ -211,8 +210,12 @@ def test_unsupported_models_keep_transformers_forward():
 
 @pytest.mark.parametrize("weights", ["dense", *INT_FORMATS])
 def test_the_decoder_layers_run_under_torchscript(weights):
-    """Eager Python is only the fallback for a torch without TorchScript: here the layers must be scripted."""
-    assert isinstance(tiny_packed("qwen2", torch.bfloat16, weights=weights).decoder, torch.jit.ScriptModule)
+    """Eager Python is only the fallback for a torch without TorchScript: here the layers must be scripted, the
+    prompts' (dense where the steps' are an int format) as the steps'."""
+    packed = tiny_packed("qwen2", torch.bfloat16, weights=weights)
+    assert isinstance(packed.decode_part.layers, torch.jit.ScriptModule)
+    assert isinstance(packed.prompt_part.layers, torch.jit.ScriptModule)
+    assert (packed.prompt_part is packed.decode_part) == (weights == "dense")
 
 
 # Lanes of a shared forward as (rows, cache length, first position): 1..8 rows, each over its own key count (64 to
@@ -409,7 +412,8 @@ def test_int_formats_prefill_dense_and_their_old_packing_prefills_in_its_own_for
     assert new.prefill_weights == "dense" and own.prefill_weights == weights
     assert all(torch.equal(a, b) for a, b in zip(prefilled(new), prefilled(dense), strict=True))
     cache = own.new_cache(128)
-    in_own_format = own.forward_lanes([Lane(ids, 0, cache, 64)], last_only=True, prompt=True)[0]
+    assert own.prompt_part is own.decode_part  # one stack of layers, attending by SDPA for prompts
+    in_own_format = own._run(own.decode_part, "sdpa", [Lane(ids, 0, cache, 64)], last_only=True)[0]
     assert torch.equal(prefilled(own)[0], in_own_format)
     assert not torch.equal(prefilled(own)[1], prefilled(dense)[1])  # the formats' keys differ: Verify must know
 

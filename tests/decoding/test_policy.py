@@ -1,6 +1,8 @@
 import pytest
 
-from decoding import AdaptiveCopyPolicy, CostCurve, FixedCopyPolicy, Match, best_copy_len
+from decoding import AdaptiveCopyPolicy, CostCurve, FixedCopyPolicy
+from decoding.policy import best_copy_len
+from decoding.reference_index import Match
 
 # Shaped like the curve measured for SmolLM2-135M on 2 CPU threads (seconds by tokens per forward).
 CPU_CURVE = CostCurve(sizes=(1, 2, 4, 8, 16, 32, 64), seconds=(0.110, 0.170, 0.180, 0.200, 0.220, 0.260, 0.420))

@@ -2,7 +2,7 @@ import random
 
 import pytest
 
-from decoding import OUTPUT_SOURCE, ReferenceIndex
+from decoding.reference_index import OUTPUT_SOURCE, ReferenceIndex
 
 
 def test_finds_longest_suffix_and_its_continuation():

@@ -22,21 +22,21 @@ from decoding import (
     LlmaOptions,
     RepetitionRule,
     greedy_generate,
-    greedy_stream,
     llma_generate,
     llma_stream,
-    pack_model,
-    sized_steps,
 )
+from decoding.engine import pack_model
+from decoding.greedy import greedy_stream
 from decoding.lane_kernel import lane_kernel_refusal
 from decoding.repetition import (
     MAX_PENALTY,
     RECOMMENDED_REPETITION_RULE,
-    first_argmax,
     longest_repeat,
     repeat_lengths,
 )
 from decoding.simulate import simulate_llma
+from decoding.steps import sized_steps
+from decoding.verifier import first_argmax
 
 from .invariance import make_tiny_model
 
@@ -218,9 +218,9 @@ class SpyRule:
         self.prompts.append(list(prompt))
         return frozenset()
 
-    def choose(self, logits: torch.Tensor, reply, grounded=frozenset()) -> int:
+    def adjusted(self, logits: torch.Tensor, reply, grounded=frozenset()) -> torch.Tensor:
         self.prefixes.append(list(reply))
-        return int(logits.argmax())
+        return logits
 
     def stops(self, reply) -> bool:
         return False
