@@ -190,18 +190,28 @@ def test_unpadded_int_replies_in_random_mixtures_equal_the_replies_alone(arch, w
 
 
 def test_replies_share_forwards_and_say_with_how_many():
+    """Four replies that all hold a slot before any prefills, under a gather that waits for every slot holder,
+    share every decode forward, however slowly the machine runs their threads; each says so."""
     model = PackedLlama(make_tiny_model("llama", torch.float32))
     steps, options = StepConfig(4, cache_len=256), LlmaOptions(30, **NO_COPY)
     jobs = [Job(random_ids(seed=i, n=10), [], FixedCopyPolicy(1, 1), options, steps) for i in range(4)]
-    scheduler = Scheduler(model, max_slots=4, gather_s=1.0)  # a long gather: a round waits for every slot holder
+    scheduler = Scheduler(model, max_slots=4, gather_s=WAIT_S)
+    # Left to arrive as they come, a reply stepped alone while another had no slot yet or was still prefilling
+    # (72 of 87 possible companions on a loaded machine): each prefill waits here until all four hold a slot.
+    all_hold_a_slot, prefill = threading.Barrier(len(jobs), timeout=WAIT_S), scheduler.prefill
+
+    def prefill_once_all_hold_a_slot(chunks):
+        all_hold_a_slot.wait()
+        return prefill(chunks)
+
+    scheduler.prefill = prefill_once_all_hold_a_slot
     try:
         results, sharings = decode_together(scheduler, jobs)
     finally:
         scheduler.close()
     assert [r.tokens for r in results] == [decode_alone(model, job).tokens for job in jobs]
-    # 29 steps after the prefill each; a reply may step alone or in less company while the others' prefills run
-    # between rounds (measured: 72 of 87 possible companions on a loaded machine), so most, not all, are shared
-    assert all(s.forwards == 29 and s.mean_others > 2.0 for s in sharings), sharings
+    # 29 steps after the prefill each, every one with the three others
+    assert [(s.forwards, s.others) for s in sharings] == [(29, 29 * 3)] * len(jobs), sharings
 
 
 def test_in_company_drafts_are_weighed_by_the_reply_s_share_and_replies_stay_those_alone():
