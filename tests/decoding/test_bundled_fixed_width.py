@@ -35,7 +35,8 @@ FLAT = CostCurve(sizes=(8,), seconds=(0.04,), step_width=8)
 DTYPE = pick_dtype("auto", "cpu")
 INT_SHAPES = [("int8", 2), ("int4", 2), ("int4", 4)]
 NO_INT = pytest.mark.skipif(DTYPE != torch.bfloat16, reason="int formats need bfloat16 (no kernels here)")
-SHAPES = [("dense", w) for w in (2, 4, 8, 16)] + (INT_SHAPES if DTYPE == torch.bfloat16 else [])
+SHAPES = [pytest.param(("dense", w), id=f"packed-dense-w{w}") for w in (2, 4, 8, 16)] + [
+    pytest.param(shape, marks=NO_INT, id=f"packed-{shape[0]}-w{shape[1]}") for shape in INT_SHAPES]  # skipped, said why
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +56,7 @@ def packed_as_run(bundled_model):
     return in_format
 
 
-@pytest.fixture(params=SHAPES, ids=[f"packed-{weights}-w{width}" for weights, width in SHAPES])
+@pytest.fixture(params=SHAPES)
 def bundled_as_run(request, bundled_model, packed_as_run):
     weights, width = request.param
     return packed_as_run(weights), bundled_model[1], StepConfig(width=width)
