@@ -113,7 +113,12 @@ std::vector<float> group_sums(const uint16_t* x, int64_t rows, int64_t k) {
 #endif
 
 #ifdef LLMA_Q4_AVX2
-constexpr int kBlock = 4;  // rows a group's widened weights serve at once: 8 registers of sums, 4 of weights
+// A row's sums over a group are one chain of 32 FMAs (the order is the AVX-512 path's), 4 cycles each, so a block
+// of rows takes several groups at once: kChains chains (R rows x G groups x 2 halves of the tile) keep both FMA
+// units busy. Groups are widened kWidened at a time, once for every block of rows.
+constexpr int kBlock = 4;     // rows at once at most: 8 registers of sums
+constexpr int kChains = 8;    // independent sums in flight: R x G x 2
+constexpr int kWidened = 4;   // groups widened at a time (8 KB of floats)
 
 // What vdpbf16ps does whatever MXCSR says (denormals flushed in and out, round to nearest), for this thread
 // while the object lives.
@@ -132,9 +137,9 @@ inline __m256 widen8(const uint16_t* bf16) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bf16))), 16));
 }
 
-// One group's levels (16 pairs of inputs x 16 channels, a byte a channel) as floats, 4 registers a pair:
-// channels 0-7 and 8-15 of input 2p, then of input 2p+1.
-inline void widen_group(const uint8_t* bytes, __m256* w) {
+// One group's levels (16 pairs of inputs x 16 channels, a byte a channel) as floats, 4 registers a pair
+// (channels 0-7 and 8-15 of input 2p, then of input 2p+1), then its steps and lows (channels 0-7, 8-15 each).
+inline void widen_group(const uint8_t* bytes, const uint16_t* scales, __m256* w) {
   const __m256i nibble = _mm256_set1_epi32(0xF);
   for (int p = 0; p < kGroup / 2; ++p) {
     const __m256i lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(bytes + p * kTile)));
@@ -144,32 +149,78 @@ inline void widen_group(const uint8_t* bytes, __m256* w) {
     w[4 * p + 2] = _mm256_cvtepi32_ps(_mm256_srli_epi32(lo, 4));
     w[4 * p + 3] = _mm256_cvtepi32_ps(_mm256_srli_epi32(hi, 4));
   }
+  for (int i = 0; i < 4; ++i) w[2 * kGroup + i] = widen8(scales + 8 * i);
 }
+constexpr int kWidenedGroup = 2 * kGroup + 4;  // registers of one widened group
 
-// R rows' totals (16 floats a row, `totals`) after one more group: the group's dot products as tile_rows makes
-// them (a pair: odd input, then even), then step and low. x: the rows' group of inputs, a row every k floats.
-template <int R>
-void group_rows(const float* x, int64_t k, const __m256* w, const __m256* step, const __m256* low,
-                const float* sums, int64_t groups, float* totals) {
-  __m256 dot[R][2];
-  for (int r = 0; r < R; ++r) dot[r][0] = dot[r][1] = _mm256_setzero_ps();
+// R rows' totals (16 floats a row, `totals`) after G more groups: each group's dot products as tile_rows makes
+// them (a pair: odd input, then even), then its step and low, the groups in turn. x: the rows' inputs from the
+// first of the groups, a row every k floats; w: the groups widened (widen_group).
+template <int R, int G>
+void groups_rows(const float* x, int64_t k, const __m256* w, const float* sums, int64_t groups, float* totals) {
+  __m256 dot[G][R][2];
+  for (int g = 0; g < G; ++g)
+    for (int r = 0; r < R; ++r) dot[g][r][0] = dot[g][r][1] = _mm256_setzero_ps();
   for (int p = 0; p < kGroup / 2; ++p)
-    for (int r = 0; r < R; ++r) {
-      const __m256 odd = _mm256_broadcast_ss(x + r * k + 2 * p + 1), even = _mm256_broadcast_ss(x + r * k + 2 * p);
-      for (int h = 0; h < 2; ++h) dot[r][h] = _mm256_fmadd_ps(even, w[4 * p + h], _mm256_fmadd_ps(odd, w[4 * p + 2 + h], dot[r][h]));
+    for (int g = 0; g < G; ++g) {
+      const __m256* wp = w + g * kWidenedGroup + 4 * p;
+      for (int r = 0; r < R; ++r) {
+        const float* xp = x + r * k + g * kGroup + 2 * p;
+        const __m256 odd = _mm256_broadcast_ss(xp + 1), even = _mm256_broadcast_ss(xp);
+        for (int h = 0; h < 2; ++h)
+          dot[g][r][h] = _mm256_fmadd_ps(even, wp[h], _mm256_fmadd_ps(odd, wp[2 + h], dot[g][r][h]));
+      }
     }
   for (int r = 0; r < R; ++r)
     for (int h = 0; h < 2; ++h) {
       __m256 total = _mm256_loadu_ps(totals + r * kTile + 8 * h);
-      total = _mm256_fmadd_ps(dot[r][h], step[h], total);
-      total = _mm256_fmadd_ps(_mm256_set1_ps(sums[r * groups]), low[h], total);
+      for (int g = 0; g < G; ++g) {
+        const __m256* scale = w + g * kWidenedGroup + 2 * kGroup;
+        total = _mm256_fmadd_ps(dot[g][r][h], scale[h], total);
+        total = _mm256_fmadd_ps(_mm256_set1_ps(sums[r * groups + g]), scale[2 + h], total);
+      }
       _mm256_storeu_ps(totals + r * kTile + 8 * h, total);
     }
 }
 
-using GroupRows = void (*)(const float*, int64_t, const __m256*, const __m256*, const __m256*, const float*, int64_t,
-                           float*);
-constexpr GroupRows kGroupRows[kBlock + 1] = {nullptr, group_rows<1>, group_rows<2>, group_rows<3>, group_rows<4>};
+// groups_rows<1, G> for one row alone, the levels widened in registers as they are used: no row shares them, so
+// storing and reloading them (half the work of a lone row's product) is saved. The same operations on every lane.
+template <int G>
+void groups_one_row(const float* x, const uint8_t* levels, const uint16_t* scales, const float* sums,
+                    float* totals) {
+  const __m256i nibble = _mm256_set1_epi32(0xF);
+  __m256 dot[G][2];
+  for (int g = 0; g < G; ++g) dot[g][0] = dot[g][1] = _mm256_setzero_ps();
+  for (int p = 0; p < kGroup / 2; ++p)
+    for (int g = 0; g < G; ++g) {
+      const uint8_t* bytes = levels + (g * (kGroup / 2) + p) * kTile;
+      const float* xp = x + g * kGroup + 2 * p;
+      const __m256 odd = _mm256_broadcast_ss(xp + 1), even = _mm256_broadcast_ss(xp);
+      for (int h = 0; h < 2; ++h) {
+        const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(bytes + 8 * h)));
+        const __m256 w_odd = _mm256_cvtepi32_ps(_mm256_srli_epi32(b, 4));
+        const __m256 w_even = _mm256_cvtepi32_ps(_mm256_and_si256(b, nibble));
+        dot[g][h] = _mm256_fmadd_ps(even, w_even, _mm256_fmadd_ps(odd, w_odd, dot[g][h]));
+      }
+    }
+  for (int h = 0; h < 2; ++h) {
+    __m256 total = _mm256_loadu_ps(totals + 8 * h);
+    for (int g = 0; g < G; ++g) {
+      total = _mm256_fmadd_ps(dot[g][h], widen8(scales + g * 2 * kTile + 8 * h), total);
+      total = _mm256_fmadd_ps(_mm256_set1_ps(sums[g]), widen8(scales + g * 2 * kTile + kTile + 8 * h), total);
+    }
+    _mm256_storeu_ps(totals + 8 * h, total);
+  }
+}
+
+using GroupsRows = void (*)(const float*, int64_t, const __m256*, const float*, int64_t, float*);
+// [R][G]: G of 1, 2 or 4 groups
+constexpr GroupsRows kGroupsRows[kBlock + 1][kWidened + 1] = {
+    {},
+    {nullptr, groups_rows<1, 1>, groups_rows<1, 2>, nullptr, groups_rows<1, 4>},
+    {nullptr, groups_rows<2, 1>, groups_rows<2, 2>, nullptr, groups_rows<2, 4>},
+    {nullptr, groups_rows<3, 1>, groups_rows<3, 2>, nullptr, groups_rows<3, 4>},
+    {nullptr, groups_rows<4, 1>, groups_rows<4, 2>, nullptr, groups_rows<4, 4>}};
 
 // 8 floats to bf16 as vcvtneps2bf16 rounds them (to nearest even; a NaN stays a quiet NaN of its sign); no
 // denormals reach it under DenormalsFlushed.
@@ -185,16 +236,30 @@ inline __m128i to_bf16(__m256 v) {
 // Every row's product with one tile of 16 channels; x: the rows as floats, totals: room for rows x 16 floats.
 void tile_avx2(const float* x, int64_t rows, int64_t k, const float* sums, const uint8_t* levels,
                const uint16_t* scales, int64_t groups, uint16_t* out, int64_t n, float* totals) {
-  alignas(32) __m256 w[2 * kGroup];
+  alignas(32) __m256 w[kWidened * kWidenedGroup];
   std::fill(totals, totals + rows * kTile, 0.0f);
-  for (int64_t g = 0; g < groups; ++g) {
-    widen_group(levels + g * (kGroup / 2) * kTile, w);
-    const uint16_t* group_scales = scales + g * 2 * kTile;
-    const __m256 step[2] = {widen8(group_scales), widen8(group_scales + 8)};
-    const __m256 low[2] = {widen8(group_scales + kTile), widen8(group_scales + kTile + 8)};
-    for (int64_t r0 = 0; r0 < rows; r0 += kBlock)
-      kGroupRows[std::min<int64_t>(kBlock, rows - r0)](x + r0 * k + g * kGroup, k, w, step, low,
-                                                       sums + r0 * groups + g, groups, totals + r0 * kTile);
+  if (rows == 1) {
+    int64_t g = 0;
+    for (; g + 4 <= groups; g += 4)
+      groups_one_row<4>(x + g * kGroup, levels + g * (kGroup / 2) * kTile, scales + g * 2 * kTile, sums + g, totals);
+    for (; g < groups; ++g)
+      groups_one_row<1>(x + g * kGroup, levels + g * (kGroup / 2) * kTile, scales + g * 2 * kTile, sums + g, totals);
+    groups = 0;  // done: only the bf16 results below
+  }
+  for (int64_t g0 = 0; g0 < groups; g0 += kWidened) {
+    const int64_t widened = std::min<int64_t>(kWidened, groups - g0);
+    for (int64_t g = 0; g < widened; ++g)
+      widen_group(levels + (g0 + g) * (kGroup / 2) * kTile, scales + (g0 + g) * 2 * kTile, w + g * kWidenedGroup);
+    for (int64_t r0 = 0; r0 < rows; r0 += kBlock) {
+      const int64_t block = std::min<int64_t>(kBlock, rows - r0);
+      for (int64_t g = 0; g < widened;) {
+        int64_t take = std::min<int64_t>(widened - g, std::max<int64_t>(1, kChains / (2 * block)));
+        take = take >= 4 ? 4 : take >= 2 ? 2 : 1;
+        kGroupsRows[block][take](x + r0 * k + (g0 + g) * kGroup, k, w + g * kWidenedGroup,
+                                 sums + r0 * groups + g0 + g, groups, totals + r0 * kTile);
+        g += take;
+      }
+    }
   }
   for (int64_t r = 0; r < rows; ++r)
     for (int h = 0; h < 2; ++h)

@@ -65,10 +65,10 @@ def kernel_outputs() -> dict[str, torch.Tensor]:
         q, k = torch.randn(7, dim, generator=gen) * 3, torch.randn(77, dim, generator=gen) * 3
         out[f"key_scores {dim}"] = torch.ops.llma.key_scores(q, k, True)
     if q4_refusal() is None:
-        weight = q4_weight((torch.randn(96, 256, generator=gen) * 0.05).bfloat16())
-        x = torch.randn(11, 256, generator=gen).bfloat16()
+        weight = q4_weight((torch.randn(96, 288, generator=gen) * 0.05).bfloat16())  # 9 groups: 4, 4 and 1
+        x = torch.randn(11, 288, generator=gen).bfloat16()
         x[0, :40], x[1, ::2], x[2, 5], x[3, 7] = 0.0, -0.0, 1e-39, float("inf")  # zeros' signs, a denormal, NaNs
-        out["q4_linear"] = weight(x)
+        out["q4_linear"], out["q4_linear one row"] = weight(x), weight(x[4:5])  # one row alone: its own path
     return out
 
 
