@@ -10,7 +10,7 @@ PEERS_STAMP := $(VENV)/.installed-peers
 # No wheel cache: a CI runner's disk was once too full for the venv and a cached copy of every wheel besides.
 export PIP_NO_CACHE_DIR := 1
 
-.PHONY: run test test-fast bench lint setup dev peers browser postgresql clean
+.PHONY: run test test-fast bench lint setup dev peers browser postgresql clean settings-doc
 
 setup: $(STAMP) $(MODEL_DIR)/model.safetensors $(EMBED_DIR)/model.safetensors
 
@@ -62,6 +62,10 @@ postgresql:
 
 run: setup
 	$(BIN)/python app.py
+
+# docs/settings.md from the settings' descriptions in app.py (a test fails when it is stale).
+settings-doc: setup
+	$(BIN)/python -c "import app; open('docs/settings.md', 'w').write(app.settings_reference())"
 
 # Two workers (pytest-xdist), one torch thread each (tests/threads.py); tests that share an app server or a
 # module's setup stay on one worker (tests/conftest.py).

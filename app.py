@@ -7,7 +7,7 @@ from typing import Literal, NoReturn
 
 import torch
 import uvicorn
-from pydantic import SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from cache import StaffStore
@@ -42,62 +42,113 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="CHATBOT_")
 
-    model: Path | None = None  # a Hugging Face model folder; None is the bundled SmolLM2-135M-Instruct
-    data_dir: Path = Path("var")
-    db_url: str | None = None  # any SQLAlchemy URL; None is SQLite in data_dir
-    host: str = "127.0.0.1"
-    port: int = 7860
-    threads: int = 2
-    device: Literal["auto", "cpu", "cuda"] = "auto"
-    dtype: Literal["auto", "float32", "bfloat16"] = "auto"  # auto: bfloat16 where the CPU or GPU has bf16 kernels
-    # auto: measured by the deployment's first start and kept in its database; 0: one-token steps; W
-    step_width: str = "auto"
-    # auto: the weight format (dense, int8, int4, q4) measured cheapest by the first start (alone and in a full
-    # shared forward), kept in the database
-    weights: str = "auto"
-    max_new_tokens: int = ChatSettings.max_new_tokens
-    max_concurrent_replies: int = ChatSettings.max_concurrent_replies  # replies sharing one packed forward
-    prefix_cache_mb: int = DEFAULT_PREFIX_CACHE_BYTES // 2**20  # prompt chunks kept for prompts that begin alike
-    warm_prefixes: bool = True  # prefill the help centre's prompt beginnings into that cache while idle
-    references_k: int = ChatSettings.references_k
-    similarity_threshold: float = ChatSettings.similarity_threshold
-    use_knowledge_base: bool = ChatSettings.use_knowledge_base
-    grounding: Literal["approved", "all", "off"] = ChatSettings.grounding
-    # None: the values tuned for the embedding model (chatbot/settings.py TUNED)
-    grounding_threshold: float | None = None
-    grounding_margin: float | None = None
-    grounding_article_margin: float | None = None
-    article_match_threshold: float | None = None
-    article_match_margin: float | None = None
-    # all-mpnet-base-v2 (prepared by `make run`), all-MiniLM-L6-v2 (bundled, 5x faster to embed), or a folder
-    embedding_model: str = DEFAULT_EMBEDDING_MODEL
-    embedding_dtype: Literal["auto", "float32", "bfloat16"] = "auto"  # auto: bfloat16 where the CPU has it natively
-    lexical_weight: float | None = None
-    match_answers: bool = ChatSettings.match_answers
-    grounding_answers: int = ChatSettings.grounding_answers
-    grounding_token_budget: int = ChatSettings.grounding_token_budget
-    repetition: Literal["dry", "off"] = "dry"  # the decoding rule: greedy with DRY and a stop rule, or plain greedy
-    prompt_layout: Literal["system", "turn", "answer"] = ChatSettings.prompt_layout
-    # A first question no approved answer and no help article covers: the hand-off message, not a made-up reply
-    uncovered: Literal["hand-off", "answer"] = "hand-off"
-    handoff_message: str = DEFAULT_HANDOFF_MESSAGE
-    check_sources: bool = True  # an article or approved answer must answer the question
-    source_coverage: float = ChatSettings.source_coverage
-    source_coverage_close: float = ChatSettings.source_coverage_close
-    source_close_score: float = ChatSettings.source_close_score
-    check_replies: Literal["cut", "record", "off"] = "cut"  # each sentence checked against the sources
-    sentence_overlap: float = ChatSettings.sentence_overlap
-    sentence_pairs: float = ChatSettings.sentence_pairs
-    admin_user: str = "admin"  # the bootstrap admin, made only while the database has no admin account
-    admin_password: SecretStr | None = None  # None: a random one is made and printed at start
-    login_max_failures: int = LoginLimits.max_failures
-    login_window_s: float = LoginLimits.window_s
-    login_lockout_s: float = LoginLimits.lockout_s
-    login_lockout_max_s: float = LoginLimits.lockout_max_s
-    admin_idle_s: float = LoginLimits.idle_s
-    chat_queue_size: int = ChatLimits.queue_size
-    chat_per_client: int = ChatLimits.per_client
-    chat_per_address: int = ChatLimits.per_address
+    model: Path | None = Field(None, description=(
+        "A local Hugging Face LLaMA-family model folder with a chat template; empty: the bundled "
+        "SmolLM2-135M-Instruct. Cached answers are kept per model id."))
+    data_dir: Path = Field(Path("var"), description="SQLite database, FAISS index and measured cost curves.")
+    db_url: str | None = Field(None, description=(
+        "Any SQLAlchemy URL (e.g. postgresql+psycopg://user:pw@host/db, shared by several replicas); "
+        "empty: SQLite in the data folder."))
+    host: str = Field("127.0.0.1", description="Where the web app listens.")
+    port: int = Field(7860, description="Where the web app listens.")
+    threads: int = Field(2, description="CPU threads of the decoding scheduler.")
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: CUDA when visible, else the CPU.")
+    dtype: Literal["auto", "float32", "bfloat16"] = Field("auto", description=(
+        "auto: bfloat16 where the CPU (AVX512-BF16 or AMX) or the GPU has bf16 kernels, else float32."))
+    step_width: str = Field("auto", description=(
+        "Every decode forward this many tokens wide; 0: one-token steps (refused in bfloat16, where LLMA would "
+        "not equal the rule's decoding). auto: measured by the deployment's first start and kept in its database, "
+        "so every replica and restart decodes alike."))
+    weights: str = Field("auto", description=(
+        "How the packed forward holds its weights: dense, int8, int4 (the bundled Q4_1 weights exactly) or q4 "
+        "(the same 4 bits through this project's own product). auto: the format measured cheapest by the "
+        "deployment's first start, alone and in a full shared forward, kept in its database."))
+    max_new_tokens: int = Field(ChatSettings.max_new_tokens, description="Reply length limit in tokens.")
+    max_concurrent_replies: int = Field(ChatSettings.max_concurrent_replies, description=(
+        "Replies decoding at once, their blocks stacked into one shared forward; more wait for a slot in "
+        "arrival order. 1: replies take turns."))
+    prefix_cache_mb: int = Field(DEFAULT_PREFIX_CACHE_BYTES // 2**20, description=(
+        "Memory for the keys and values of prompt chunks kept for later prompts that begin alike (the system "
+        "prompt, a help article); 0 keeps none."))
+    warm_prefixes: bool = Field(True, description=(
+        "While no reply is decoding, prefill the help centre's prompt beginnings into that cache."))
+    references_k: int = Field(ChatSettings.references_k, description=(
+        "How many similar past answers become references LLMA may copy from."))
+    similarity_threshold: float = Field(ChatSettings.similarity_threshold, description=(
+        "Least cosine of a past answer's question for it to be a reference."))
+    use_knowledge_base: bool = Field(ChatSettings.use_knowledge_base, description=(
+        "Put the best-matching help article into the prompt."))
+    grounding: Literal["approved", "all", "off"] = Field(ChatSettings.grounding, description=(
+        "Which cached answers may go into the prompt: staff-approved only, also the model's unreviewed ones, or "
+        "none."))
+    grounding_threshold: float | None = Field(None, description=(
+        "Least fused score (cosine plus weighted BM25) of the best approved match for it to ground; empty: the "
+        "value tuned for the embedding model (chatbot/settings.py TUNED; tune: python -m bench.retrieval)."))
+    grounding_margin: float | None = Field(None, description=(
+        "How far a best match whose article is not the chosen one must be ahead of the runner-up; empty: tuned."))
+    grounding_article_margin: float | None = Field(None, description=(
+        "The same margin for a best match from the chosen article; empty: tuned."))
+    article_match_threshold: float | None = Field(None, description=(
+        "The help article comes from the best approved answer's own article when the question matches that "
+        "answer this clearly (1.01 turns this off); empty: tuned."))
+    article_match_margin: float | None = Field(None, description=(
+        "... and this far ahead of the runner-up; empty: tuned."))
+    embedding_model: str = Field(DEFAULT_EMBEDDING_MODEL, description=(
+        f"The sentence embedding model: {EMBEDDING_CHOICES}. Changing it re-embeds the cache at the next start."))
+    embedding_dtype: Literal["auto", "float32", "bfloat16"] = Field("auto", description=(
+        "auto: bfloat16 where the CPU multiplies bf16 natively. Changing it re-embeds the cache at the next "
+        "start."))
+    lexical_weight: float | None = Field(None, description="The weight of BM25 in the fused score; empty: tuned.")
+    match_answers: bool = Field(ChatSettings.match_answers, description=(
+        "An approved entry also scores by its answer's cosine where that is higher."))
+    grounding_answers: int = Field(ChatSettings.grounding_answers, description=(
+        "How many approved answers go into the prompt."))
+    grounding_token_budget: int = Field(ChatSettings.grounding_token_budget, description=(
+        "Answer tokens the grounding may add to the prompt."))
+    repetition: Literal["dry", "off"] = Field("dry", description=(
+        "The decoding rule every reply equals: dry is greedy with a DRY penalty on repeating the reply itself, a "
+        "stop when it repeats 16 tokens anyway, an end bonus past 96 tokens and grounded numbers; off is plain "
+        "greedy (replies often loop to the limit)."))
+    prompt_layout: Literal["system", "turn", "answer"] = Field(ChatSettings.prompt_layout, description=(
+        "Where an approved answer sits in the prompt: given to the customer's very question (answer, copied "
+        "most), as an earlier exchange (turn) or in the system message (system)."))
+    uncovered: Literal["hand-off", "answer"] = Field("hand-off", description=(
+        "A first question no approved answer and no help article covers: reply the hand-off message without "
+        "decoding, or let the model answer on its own (with a notice)."))
+    handoff_message: str = Field(DEFAULT_HANDOFF_MESSAGE, description="What a handed-off question gets.")
+    check_sources: bool = Field(True, description=(
+        "Check that each article and approved answer answers the question before it goes into the prompt; "
+        "decline messages that try to change the instructions; answer sums with the article's figures."))
+    source_coverage: float = Field(ChatSettings.source_coverage, description=(
+        "The share of the question's distinctive words (weighted by rarity in the help centre) a source must "
+        "use."))
+    source_coverage_close: float = Field(ChatSettings.source_coverage_close, description=(
+        "... or this share when retrieval found the source at least source_close_score close."))
+    source_close_score: float = Field(ChatSettings.source_close_score, description=(
+        "The fused score from which the smaller share applies."))
+    check_replies: Literal["cut", "record", "off"] = Field("cut", description=(
+        "Check each sentence before it is shown and cut the reply at the first unsupported one; record checks "
+        "without cutting; off checks nothing."))
+    sentence_overlap: float = Field(ChatSettings.sentence_overlap, description=(
+        "The share of a sentence's words that must be the sources' (a larger model may loosen it)."))
+    sentence_pairs: float = Field(ChatSettings.sentence_pairs, description=(
+        "The share of a sentence's consecutive content-word pairs that must be the sources'."))
+    admin_user: str = Field("admin", description=(
+        "The bootstrap admin, made only while the database has no admin account."))
+    admin_password: SecretStr | None = Field(None, description=(
+        "Its password; empty: a random one is made and printed at start."))
+    login_max_failures: int = Field(LoginLimits.max_failures, description=(
+        "This many failed logins for one name, or from one address, within the window lock it."))
+    login_window_s: float = Field(LoginLimits.window_s, description="That window, in seconds.")
+    login_lockout_s: float = Field(LoginLimits.lockout_s, description=(
+        "The first lockout; each further one in a row doubles."))
+    login_lockout_max_s: float = Field(LoginLimits.lockout_max_s, description="... up to this.")
+    admin_idle_s: float = Field(LoginLimits.idle_s, description="A staff session unused this long logs in again.")
+    chat_queue_size: int = Field(ChatLimits.queue_size, description=(
+        "Questions waiting for or getting an answer, all clients together; more are refused at once."))
+    chat_per_client: int = Field(ChatLimits.per_client, description="... of them from one browser session.")
+    chat_per_address: int = Field(ChatLimits.per_address, description=(
+        "... from one IP address; 0 turns this off (set 0 behind a reverse proxy)."))
 
     @field_validator("step_width")
     @classmethod
@@ -154,6 +205,22 @@ class Settings(BaseSettings):
 
     def chat_limits(self) -> ChatLimits:
         return ChatLimits(self.chat_queue_size, self.chat_per_client, self.chat_per_address)
+
+
+def settings_reference() -> str:
+    """docs/settings.md: every setting with its variable, choices, default and description (`make settings-doc`)."""
+    lines = ["# Settings", "",
+             "Environment variables (or a `.env` file), read once by `app.py`. Written by `make settings-doc` from",
+             "the descriptions of `app.Settings`; tests/test_settings_doc.py keeps it current.", "",
+             "| variable | default | meaning |", "|---|---|---|"]
+    for name, field in Settings.model_fields.items():
+        default = "" if field.default is None else str(field.default)
+        choices = getattr(field.annotation, "__args__", ())
+        named = ", ".join(f"`{c}`" for c in choices if isinstance(c, str))
+        meaning = f"{field.description}{f' Choices: {named}.' if named else ''}"
+        lines.append(f"| `CHATBOT_{name.upper()}` | `{default}` | {meaning} |" if default
+                     else f"| `CHATBOT_{name.upper()}` | | {meaning} |")
+    return "\n".join(lines) + "\n"
 
 
 def main() -> None:
