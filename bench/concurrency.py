@@ -31,7 +31,7 @@ from bench.workloads import round_robin
 from chatbot import ChatService, ChatSettings, Seed
 from chatbot.service import open_cache
 from data import group_questions, load_questions, load_staff_answers
-from decoding import WEIGHTS_SETTINGS, PackedLlama, in_passing_thread
+from decoding import WEIGHTS_SETTINGS, in_passing_thread
 
 # Each mode's most replies decoding at once. "one after another": the same customers served one at a time, each
 # question asked once the reply before it ended (the baseline "one customer at a time"); the other two ask at once.
@@ -167,7 +167,7 @@ def run_round(
 
 
 def started(engine, cache, data_dir: str, settings: ChatSettings, warmed: "OrderedDict | None") -> ChatService:
-    prefixes = engine.model.prefixes if isinstance(engine.model, PackedLlama) else None
+    prefixes = engine.prefixes
     if prefixes is not None:
         if warmed:
             prefixes.restore(warmed)

@@ -22,7 +22,6 @@ from decoding import (
     Engine,
     FixedCopyPolicy,
     LlmaOptions,
-    PackedLlama,
     RepetitionRule,
     StepConfig,
     StepWidth,
@@ -106,13 +105,12 @@ class Decoder:
         # first one's chunks and look faster than it is.
         engine = load_engine(dtype=dtype, width=StepWidth.parse(width_setting), weights=weights_setting,
                              prefix_cache_bytes=0)
-        source = engine.model.source if isinstance(engine.model, PackedLlama) else engine.model
-        hf_model = source if dtype == torch.float32 else load_model(dtype=torch.float32)[0]
+        hf_model = engine.source if dtype == torch.float32 else load_model(dtype=torch.float32)[0]
         torch.manual_seed(0)
         steps = engine.steps(256, max_new_tokens)
         curve = measure_cost_curve(engine.model, steps=steps)
         decoder = cls(engine, max_new_tokens, AdaptiveCopyPolicy(cost=curve), hf_model, peer)
-        decoder.step_costs = compare_step_costs(engine.model, hf_model, steps)
+        decoder.step_costs = compare_step_costs(engine, hf_model, steps)
         return decoder
 
     def steps(self, prompt_ids: list[int]) -> StepConfig:
@@ -226,25 +224,25 @@ class Decoder:
         return self.llma_policy.cost.to_json()
 
 
-def compare_step_costs(model, fp32_model, steps: StepConfig) -> list[dict]:
+def compare_step_costs(engine: Engine, fp32_model, steps: StepConfig) -> list[dict]:
     """The engine's step next to forwards of other widths and kernels, over a 256-token cache.
 
     Rows: the engine's W-wide step; the same forward at 1..16 rows (how flat it is); transformers' forward of
     the same weights; transformers' forward in fp32 (what `hf_greedy` runs).
     """
     sizes = (1, 2, 4, 8, 16)
-    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
-    packed = isinstance(model, PackedLlama)
+    model, dtype = engine.model, str(engine.dtype).removeprefix("torch.")
+    packed = engine.recipe.forward == "packed"
     costs = []
     if steps.width:
         shape = f"{steps.width}-wide steps" + ("" if steps.padded else ", short ones unpadded")
-        label = f"{dtype}, {'packed' if packed else 'transformers'}, {shape} (this engine)"
+        label = f"{dtype}, {engine.recipe.forward}, {shape} (this engine)"
         curve = measure_cost_curve(model, steps=steps)
         costs.append(_cost_row(label, curve.sizes, curve.seconds))
     if packed:
         seconds = [measure_cost_curve(model, steps=StepConfig(n, steps.cache_len)).seconds[0] for n in sizes]
         costs.append(_cost_row(f"{dtype}, packed, one forward of n rows", sizes, seconds))
-    source = model.source if packed else model
+    source = engine.source
     curve = measure_cost_curve(source, sizes=sizes)
     costs.append(_cost_row(f"{dtype}, transformers, one-token / variable-width", curve.sizes, curve.seconds))
     if fp32_model is not source:

@@ -39,7 +39,7 @@ from chatbot.prompt import LAYOUTS
 from chatbot.service import open_cache
 from chatbot.settings import embedding_dtype_for
 from data import Question, group_questions, load_questions, load_staff_answers
-from decoding import DEFAULT_PREFIX_CACHE_BYTES, PackedLlama, in_passing_thread
+from decoding import DEFAULT_PREFIX_CACHE_BYTES, in_passing_thread
 from decoding.weights import WEIGHT_FORMATS
 
 WARM_NOTES = {False: "prompt beginnings warmed at start, as `make run` does", True: "no prompt warm-up (--cold)"}
@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> None:
         service = in_passing_thread(lambda: ChatService.start(engine, cache, data_dir, settings, Seed.shipped()))
         if service.scheduler is not None:  # its thread alone computes on several cores, as in app.py
             service.scheduler.wait_warm()
-        prefixes = engine.model.prefixes if isinstance(engine.model, PackedLlama) else None
+        prefixes = engine.prefixes
         warmed = prefixes.snapshot() if prefixes is not None else None
         def as_after_start() -> None:
             if prefixes is not None:

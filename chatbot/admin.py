@@ -40,7 +40,8 @@ class EngineSummary:
 
     line: str  # the engine line printed at start
     step_width: int | None  # this replica's: every decode forward this wide; None: one-token steps
-    deployment_step_width: int | None  # the first choice of "auto", shared by every replica; None: none stored
+    deployment_step_width: int | None  # the first choice of "auto", shared by every replica; None: one-token steps
+    deployment_chose: bool = False  # whether the deployment's database holds that choice
 
 # Audit action names; "approve", "reject" and "unreview" change the review state of cached answers.
 REVIEW_ACTIONS = {"approved": "approve", "rejected": "reject", "candidate": "unreview"}
@@ -344,7 +345,8 @@ class AdminService:
         self.require_role(actor, "agent", "dashboard")
         engine = self.chat.engine
         stored = self.cache.deployment_setting(step_width_key(engine.model_id, engine.model))
-        return EngineSummary(self.chat.describe(), engine.step_width, int(stored) if stored is not None else None)
+        chosen = (int(stored) or None) if stored is not None else None  # the database keeps one-token steps as "0"
+        return EngineSummary(self.chat.describe(), engine.recipe.step_width, chosen, stored is not None)
 
     def reply_series(self, actor: str) -> list[dict]:
         """One point per reply, oldest first: created_at, speedup, tokens_per_forward_pass, seconds_saved."""

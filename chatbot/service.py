@@ -20,17 +20,16 @@ from decoding import (
     Chunk,
     CopyPolicy,
     CostCurve,
+    DecodeRecipe,
     DecodeResult,
     Engine,
     FixedCopyPolicy,
     LlmaOptions,
-    PackedLlama,
     RepetitionRule,
     Scheduler,
     Sharing,
     StepConfig,
     StepWidth,
-    attention_name,
     build_engine,
     greedy_generate,
     in_passing_thread,
@@ -71,7 +70,7 @@ class ChatService:
         # transformers' forward takes turns under the lock, a forward at a time.
         self.scheduler = scheduler or open_scheduler(engine, settings.max_concurrent_replies)
         self._model_lock = threading.Lock()
-        self._repacked: dict[tuple[str, str], PackedLlama] = {}  # (weights, prefill) packings of older replies
+        self._repacked: dict = {}  # the forwards older replies were decoded on, by their packing (_model_for)
         limit = getattr(engine.model.config, "max_position_embeddings", settings.context_window)
         self.context_window = min(settings.context_window, limit)
         self.planner = TurnPlanner(cache, engine, settings, self.context_window)
@@ -366,22 +365,12 @@ class ChatService:
         return len(tokens) or 1
 
     def _model_for(self, stats: ReplyStats | None):
-        """The forward a stored reply was decoded on: transformers' for replies from before the packed one,
-        the packed one in the weight format the reply was decoded in (packed here once, when first asked)."""
-        model = self.engine.model
-        if not isinstance(model, PackedLlama):
-            return model
-        if stats is None or stats.forward == "transformers":
-            return model.source
-        packing = (stats.weights, stats.prefill_weights or stats.weights, stats.attention, stats.prefill_attention)
-        if packing != (model.weights, model.prefill_weights, attention_name(model), model.prefill_attention):
-            if packing not in self._repacked:
-                self._repacked[packing] = PackedLlama(  # older replies are few: no prompt chunks kept for them
-                    model.source, weights=packing[0], prefill_weights=packing[1], prefix_cache_bytes=0,
-                    lane_kernel=packing[2] == "kernel", prefill_attention=packing[3],
-                )
-            return self._repacked[packing]
-        return model
+        """The forward a stored reply was decoded on, rebuilt from its recipe alone (packed here once, when first
+        asked): the engine's own where the packing is the same; transformers' for a reply stored without stats."""
+        recipe = stats.recipe() if stats is not None else DecodeRecipe()
+        if recipe.packing not in self._repacked:
+            self._repacked[recipe.packing] = self.engine.rebuilt(recipe).model
+        return self._repacked[recipe.packing]
 
     def feedback(self, reply_id: int, value: int, reason: str = "") -> None:
         """Thumbs up (+1) or down (-1) with an optional reason; 0 takes the rating back."""

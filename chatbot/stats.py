@@ -3,7 +3,7 @@
 from dataclasses import asdict, dataclass, field
 
 from cache.records import ANSWERED, HANDED_OFF, NOT_DECODED
-from decoding import ONE_TOKEN_STEPS, REPETITION_OFF, RepetitionRule, StepConfig
+from decoding import REPETITION_OFF, DecodeRecipe, RepetitionRule, StepConfig
 
 from .shown import NOTHING_COVERS
 
@@ -50,6 +50,7 @@ class ReplyStats:
     # which were plain greedy. Verify reruns the same rule.
     repetition: dict = field(default_factory=dict)
     max_new_tokens: int = 0  # the budget it was decoded with (0: not recorded)
+    # How it was decoded: its engine's DecodeRecipe (decoding/recipe.py), its fields as stored; `recipe()` reads them
     step_width: int | None = None  # every decode forward this wide (None: one-token steps)
     cache_len: int | None = None  # the preallocated KV cache of W-wide steps
     padded_steps: bool = True  # short blocks padded to W (False: unpadded, measured to keep every row's bits)
@@ -69,15 +70,14 @@ class ReplyStats:
     outcome_reason: str = ""
     sentences: tuple = ()  # every checked sentence: {"end", "overlap", "reason"} (chatbot/support.py)
 
+    def recipe(self) -> DecodeRecipe:
+        """How this reply was decoded, from its stored fields alone (those of replies stored before a field existed
+        read as they ran: DecodeRecipe.from_json)."""
+        return DecodeRecipe.from_json(asdict(self))
+
     def steps(self) -> StepConfig:
         """The decode step shape this reply ran with, so that a rerun of greedy decoding is bit-comparable."""
-        if not self.step_width:
-            return ONE_TOKEN_STEPS
-        return StepConfig(
-            self.step_width, self.cache_len, padded=self.padded_steps, prefill_chunk=self.prefill_chunk or None,
-            prefill_break=self.prefill_break if self.prefill_chunk else 0,
-            cross_granules=self.attention == "kernel",  # as Engine.steps gives the lane kernel's steps
-        )
+        return self.recipe().stored_steps(self.cache_len, self.prefill_break)
 
     def rule(self) -> RepetitionRule:
         """The decoding rule this reply equals, so that Verify reruns the same one."""

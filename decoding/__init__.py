@@ -12,7 +12,6 @@ from .engine import (
     Engine,
     EngineConfigError,
     StepWidth,
-    attention_name,
     build_engine,
     check_lossless,
     forward_name,
@@ -25,6 +24,7 @@ from .llma import LlmaOptions, llma_generate, llma_stream
 from .model_loading import ModelLoadError, load_model
 from .packed import DEFAULT_PREFIX_CACHE_BYTES, PackedLlama
 from .policy import AdaptiveCopyPolicy, CopyPolicy, FixedCopyPolicy
+from .recipe import DecodeRecipe
 from .reference_index import OUTPUT_SOURCE, PROMPT_SOURCE
 from .repetition import NAMED_RULES, RECOMMENDED_REPETITION_RULE, REPETITION_OFF, RepetitionRule
 from .result import Chunk, CopiedRun, DecodeResult
@@ -49,6 +49,7 @@ __all__ = [
     "CopyPolicy",
     "CostCurve",
     "CpuFeatures",
+    "DecodeRecipe",
     "DecodeResult",
     "Engine",
     "EngineConfigError",
@@ -61,7 +62,6 @@ __all__ = [
     "Sharing",
     "StepConfig",
     "StepWidth",
-    "attention_name",
     "build_engine",
     "check_lossless",
     "choose_step_width",

@@ -1,7 +1,11 @@
-"""One loaded model made ready to decode: which forward runs and how wide every step is, decided once here.
+"""One loaded model made ready to decode: its `DecodeRecipe` (decoding/recipe.py), settled once here from one
+calibration, and the forward that recipe names.
 
-Everything that names the forward or the width (the app's engine line, each reply's stats, the cost-curve
-keys, the bench's rows) reads it from the `Engine` this module returns, never from the model's type.
+The module that builds engines: it settles the weight format and the step width (measured for "auto",
+decoding/cost_model.py), packs the model where the architecture allows, probes whether short blocks keep their bits
+unpadded (decoding/batch_probe.py), and refuses settings under which LLMA would not equal greedy decoding. Everything
+that names how a reply is decoded reads the engine's recipe, and staff's Verify rebuilds a stored reply's forward
+from its recipe alone (`forward_for`).
 """
 
 from collections.abc import Callable
@@ -16,8 +20,9 @@ from .hardware import device_name
 from .model_loading import load_model
 from .packed import DEFAULT_PREFIX_CACHE_BYTES, PackedLlama
 from .packing import packing_refusal
-from .recipe import packing_of
-from .steps import PREFILL_CHUNK, StepConfig, sized_steps
+from .prefix_cache import PrefixCache
+from .recipe import DecodeRecipe, packing_of
+from .steps import StepConfig
 from .weights import WEIGHT_FORMATS, format_refusal
 
 WEIGHTS_SETTINGS = ("auto", *WEIGHT_FORMATS)  # auto: measured, choose_weights
@@ -31,7 +36,9 @@ class EngineConfigError(ValueError):
 
 @dataclass(frozen=True)
 class StepWidth:
-    """The step-width setting: "auto" (measured, `choose_step_width`), one-token steps, or every forward W wide."""
+    """The step-width setting: "auto" (measured, `choose_step_width`), one-token steps, or every forward W wide.
+
+    Its text is "auto", "0" (one-token steps) or W; in a recipe one-token steps are a width of None."""
 
     kind: str  # "auto", "one-token" or "fixed"
     width: int = 0  # W, for "fixed"
@@ -62,38 +69,45 @@ ONE_TOKEN = StepWidth("one-token")
 
 @dataclass(frozen=True)
 class Engine:
-    """A model ready to decode: the forward that runs (`model` is exactly what the runners get) and its width."""
+    """A model ready to decode: the forward that runs (`model` is exactly what the runners get) and its recipe."""
 
-    model: torch.nn.Module  # a PackedLlama for the packed forward, else transformers' model
+    model: torch.nn.Module  # the packed forward (PackedLlama) or transformers' model, as `recipe.forward` says
     tokenizer: object
     model_id: str
-    step_width: int | None  # every decode forward this wide; None: one-token steps (never "auto" here)
-    padded_steps: bool = True  # short blocks padded to the width (False where measured needless: StepConfig)
+    recipe: DecodeRecipe
 
+    # The recipe's fields, read where an engine is at hand (the stats, the bench's rows, the scheduler).
     @property
     def forward(self) -> str:
-        """"packed" or "transformers": the one name every label reads (the forward's packing, decoding/recipe.py)."""
-        return packing_of(self.model).forward
+        return self.recipe.forward
 
     @property
     def weights(self) -> str:
-        """"dense" (the model's dtype), "int8", "int4" or "q4": how the packed forward holds its weights."""
-        return packing_of(self.model).weights
-
-    @property
-    def attention(self) -> str:
-        """"kernel", "batched" or "sdpa": how decode steps attend."""
-        return packing_of(self.model).attention
-
-    @property
-    def prefill_attention(self) -> str:
-        """"kernel" or "sdpa": how prompts attend; transformers' forward: "sdpa"."""
-        return packing_of(self.model).prefill_attention
+        return self.recipe.weights
 
     @property
     def prefill_weights(self) -> str:
-        """The weight format prompts are prefilled in: dense for every format here."""
-        return packing_of(self.model).prefill_weights
+        return self.recipe.prefill_weights
+
+    @property
+    def attention(self) -> str:
+        return self.recipe.attention
+
+    @property
+    def prefill_attention(self) -> str:
+        return self.recipe.prefill_attention
+
+    @property
+    def step_width(self) -> int | None:
+        return self.recipe.step_width
+
+    @property
+    def padded_steps(self) -> bool:
+        return self.recipe.padded_steps
+
+    @property
+    def prefill_chunk(self) -> int | None:
+        return self.recipe.prefill_chunk
 
     @property
     def dtype(self) -> torch.dtype:
@@ -104,31 +118,36 @@ class Engine:
         return self.model.device
 
     @property
-    def prefill_chunk(self) -> int | None:
-        """Tokens a prompt is prefilled in at a time; None: in one forward (transformers' forward)."""
-        return PREFILL_CHUNK if self.forward == "packed" else None
+    def source(self) -> torch.nn.Module:
+        """The transformers model the forward runs (or was packed from)."""
+        return self.model.source if self.recipe.forward == "packed" else self.model
+
+    @property
+    def prefixes(self) -> PrefixCache | None:
+        """The packed forward's prompt chunks kept for reuse; None on transformers' forward, which keeps none."""
+        return self.model.prefixes if self.recipe.forward == "packed" else None
 
     def steps(self, prompt_len: int, max_new_tokens: int, beginning: int = 0) -> StepConfig:
-        """The shape of every decode forward for this prompt and reply budget (greedy and LLMA alike); the prompt's
-        chunks break where its shared `beginning` of that many tokens ends (StepConfig.prefill_break)."""
-        return sized_steps(self.step_width, prompt_len, max_new_tokens, self.padded_steps, self.prefill_chunk,
-                           cross_granules=self.attention == "kernel", prefill_break=beginning)
+        """The shape of every decode forward for this prompt and reply budget (DecodeRecipe.steps)."""
+        return self.recipe.steps(prompt_len, max_new_tokens, beginning)
 
     def describe(self) -> str:
         """The engine line printed at start, e.g. "bfloat16 on cpu, packed forward, 4-wide decode steps (CPU)"; on CUDA
         the GPU's name in the brackets."""
-        steps = f"{self.step_width}-wide decode steps" if self.step_width else "one-token decode steps"
-        if self.step_width and not self.padded_steps:
-            steps += ", short ones unpadded"
         where = f"{str(self.dtype).removeprefix('torch.')} on {self.device}"
-        weights = f", {self.weights} weights" if self.weights != "dense" else ""
-        if self.prefill_weights != self.weights:
-            weights += f" ({self.prefill_weights} prefill)"
-        if self.attention == "kernel":
-            weights += ", lane-kernel attention"  # prompts' too (PackedLlama.prefill_attention)
-        elif self.attention == "batched":
-            weights += ", batched attention"  # decode steps' only; prompts attend through SDPA
-        return f"{where}, {self.forward} forward{weights}, {steps} ({device_name(self.device)})"
+        return f"{where}, {self.recipe.describe()} ({device_name(self.device)})"
+
+    @classmethod
+    def of(cls, forward, tokenizer, model_id: str, step_width: int | None, padded_steps: bool = True) -> "Engine":
+        """An engine around a forward built by hand (the tests'), its recipe read off the forward's packing."""
+        return cls(forward, tokenizer, model_id, DecodeRecipe.of(packing_of(forward), step_width, padded_steps))
+
+    def rebuilt(self, recipe: DecodeRecipe) -> "Engine":
+        """This model under another recipe (a stored reply's, for staff's Verify): this engine's forward where the
+        packing is the same, else one packed for the recipe (no prompt chunks kept: older replies are few)."""
+        if recipe.packing == self.recipe.packing:
+            return Engine(self.model, self.tokenizer, self.model_id, recipe)
+        return Engine(forward_for(self.source, recipe), self.tokenizer, self.model_id, recipe)
 
 
 WidthChooser = Callable[[torch.nn.Module], "int | None"]
@@ -144,22 +163,45 @@ def build_engine(
     settle the width (`choose_width` for "auto"), and decide the forward: the packed one runs W-wide steps
     only, so one-token steps run transformers' own forward. Short blocks run unpadded where measured safe."""
     weights = settle_weights(model, weights, width, choose_format)
-    model = pack_model(model, weights=weights, prefix_cache_bytes=prefix_cache_bytes)
-    step_width = {"auto": None, "one-token": None, "fixed": width.width}[width.kind]
+    forward = model if width == ONE_TOKEN else pack_model(model, weights=weights, prefix_cache_bytes=prefix_cache_bytes)
+    step_width = width.width if width.kind == "fixed" else None
     if width.kind == "auto":
-        step_width = choose_width(model)
-    if step_width is None and packing_of(model).forward == "packed":
-        model = model.source
-    refuse_lossy(model, step_width)
-    return Engine(model, tokenizer, model_id, step_width, padded_steps=needs_padding(model, step_width))
+        step_width = choose_width(forward)
+    if step_width is None:
+        forward = model
+    check_lossless(model.dtype, step_width)
+    recipe = DecodeRecipe.of(packing_of(forward), step_width, needs_padding(forward, step_width))
+    return Engine(forward, tokenizer, model_id, recipe)
 
 
-def needs_padding(model: torch.nn.Module, step_width: int | None) -> bool:
+def forward_for(source: torch.nn.Module, recipe: DecodeRecipe, prefix_cache_bytes: int = 0) -> torch.nn.Module:
+    """The forward `recipe` names, built from the transformers model `source`: `source` itself, or a packing of it
+    (ValueError where this machine cannot run that packing, e.g. the lane kernel where it does not build)."""
+    if recipe.forward == "transformers":
+        return source
+    return PackedLlama(
+        source, weights=recipe.weights, prefill_weights=recipe.prefill_weights,
+        lane_kernel=recipe.attention == "kernel", batched_attention=recipe.attention == "batched",
+        prefill_attention=recipe.prefill_attention, prefix_cache_bytes=prefix_cache_bytes,
+    )
+
+
+def pack_model(
+    model: torch.nn.Module, width_hint: int = 8, weights: str = "dense",
+    prefix_cache_bytes: int = DEFAULT_PREFIX_CACHE_BYTES,
+) -> "PackedLlama | torch.nn.Module":
+    """The packed forward where the model allows it, else the model itself (transformers' forward)."""
+    if packing_refusal(model) is not None:
+        return model
+    return PackedLlama(model, weights=weights, prefix_cache_bytes=prefix_cache_bytes, width_hint=width_hint)
+
+
+def needs_padding(forward, step_width: int | None) -> bool:
     """Whether short blocks must be padded to the width: yes unless the packed forward's rows were measured
     to keep their bits in shorter blocks (decoding/batch_probe.py; about a second at start)."""
-    if step_width is None or step_width == 1 or packing_of(model).forward != "packed":
+    if step_width is None or step_width == 1 or packing_of(forward).forward != "packed":
         return True
-    return not short_blocks_keep_their_bits(model, step_width)
+    return not short_blocks_keep_their_bits(forward, step_width)
 
 
 def settle_weights(model: torch.nn.Module, weights: str, width: StepWidth, choose_format: WeightsChooser) -> str:
@@ -180,29 +222,15 @@ def settle_weights(model: torch.nn.Module, weights: str, width: StepWidth, choos
     return weights
 
 
-def refuse_lossy(model: torch.nn.Module, step_width: int | None) -> None:
-    """Refuse settings under which LLMA would not equal greedy decoding (check_lossless) for this model."""
-    check_lossless(next(model.parameters()).dtype, step_width)
-
-
 def check_lossless(dtype: torch.dtype, step_width: int | None) -> None:
     """bfloat16 with one-token steps: a verification's rows may round unlike a one-token step's at a near-tie,
-    so LLMA would not equal greedy (measured: 39 and 41 of 50 hostile cases identical on tiny Qwen3 and Phi3)."""
+    so LLMA would not equal greedy (measured: 39 and 41 of 50 hostile cases identical on tiny Qwen3 and Phi3).
+    Checked once, when the engine is built."""
     if step_width is None and dtype == torch.bfloat16:
         raise EngineConfigError(
             "bfloat16 with one-token steps (step width 0) is refused: there LLMA's replies can differ from greedy "
             "decoding. Use a step width of at least 1 (or auto), or float32."
         )
-
-
-def pack_model(
-    model: torch.nn.Module, width_hint: int = 8, weights: str = "dense",
-    prefix_cache_bytes: int = DEFAULT_PREFIX_CACHE_BYTES,
-) -> "PackedLlama | torch.nn.Module":
-    """The packed forward where the model allows it, else the model itself (transformers' forward)."""
-    if packing_refusal(model) is not None:
-        return model
-    return PackedLlama(model, weights=weights, prefix_cache_bytes=prefix_cache_bytes, width_hint=width_hint)
 
 
 def forward_name(model) -> str:
@@ -213,12 +241,6 @@ def forward_name(model) -> str:
 def weights_name(model) -> str:
     """How the forward holds its weights: "int8", "int4" or "q4" (packed only), else "dense" (the model's dtype)."""
     return packing_of(model).weights
-
-
-def attention_name(model) -> str:
-    """How decode steps attend: "kernel" (the lane kernel, decoding/csrc), "batched" (one SDPA call for every lane,
-    CUDA) or "sdpa" (lane by lane: every reply before them)."""
-    return packing_of(model).attention
 
 
 def load_engine(

@@ -6,7 +6,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("decoding", "cache", "chatbot", "webui", "data", "bench")
+PACKAGES = ("decoding", "cache", "chatbot", "webui", "data", "bench", "scripts")
+# Pure logic: no torch, no transformers, no kernel build, and nothing of the project that brings them in.
+PURE_MODULES = (
+    "decoding.reference_index", "decoding.policy", "decoding.cost_curve", "decoding.steps", "decoding.recipe",
+)
+HEAVY = ("torch", "transformers", "decoding.lane_kernel")
 
 
 def module_name(path: Path) -> str:
@@ -68,6 +73,7 @@ def test_no_import_cycle_among_project_modules():
         ("cache", ("decoding", "chatbot", "webui", "bench", "app", "torch", "transformers")),
         ("chatbot", ("webui", "bench", "app")),
         ("webui", ("cache", "decoding", "bench", "data", "app", "torch", "transformers")),
+        ("scripts", ("chatbot", "webui", "bench", "app")),  # preparation steps: a model folder, an embedder
     ],
 )
 def test_packages_keep_to_their_layer(package, forbidden):
@@ -78,3 +84,25 @@ def test_packages_keep_to_their_layer(package, forbidden):
         if name.split(".")[0] in forbidden
     ]
     assert offenders == []
+
+
+def test_no_package_imports_the_scripts():
+    offenders = [f"{name} imports {target}" for name, targets in project_graph().items()
+                 for target in targets if target.startswith("scripts") and not name.startswith("scripts")]
+    assert offenders == []
+
+
+@pytest.mark.parametrize("module", PURE_MODULES)
+def test_pure_modules_reach_no_torch_directly_or_through_the_project(module):
+    graph, paths = project_graph(), {module_name(p): p for p in (ROOT / "decoding").rglob("*.py")}
+    reached, todo = set(), [module]
+    while todo:
+        name = todo.pop()
+        if name not in reached:
+            reached.add(name)
+            todo += [m for m in graph[name] if m != "decoding"]  # a package's __init__ is not its modules'
+    offenders = [
+        f"{name} imports {imported}" for name in sorted(reached) for imported in imported_modules(paths[name])
+        if imported.split(".")[0] in HEAVY or imported in HEAVY
+    ]
+    assert offenders == [] and reached <= set(PURE_MODULES), (offenders, reached - set(PURE_MODULES))

@@ -71,9 +71,9 @@ def step_width_text(engine: EngineSummary) -> str:
     def width(value: int | None) -> str:
         return f"{value}-wide" if value else "one-token steps"
 
-    if engine.deployment_step_width is None:
+    if not engine.deployment_chose:
         return f"{width(engine.step_width)} (set on this replica; no width measured for the deployment)"
-    if (engine.deployment_step_width or None) == engine.step_width:
+    if engine.deployment_step_width == engine.step_width:
         return f"{width(engine.step_width)}, the deployment's choice, kept in its database for every replica"
     return (f"{width(engine.step_width)} on this replica (CHATBOT_STEP_WIDTH); the deployment chose "
             f"{width(engine.deployment_step_width)}")

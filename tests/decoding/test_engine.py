@@ -1,4 +1,4 @@
-"""The one decision of which forward runs and how wide every step is (decoding/engine.py)."""
+"""The one decision of how every reply is decoded: an engine's recipe (decoding/engine.py, decoding/recipe.py)."""
 
 import pytest
 import torch
@@ -8,9 +8,9 @@ from decoding import (
     ONE_TOKEN,
     AdaptiveCopyPolicy,
     CostCurve,
+    DecodeRecipe,
     EngineConfigError,
     LlmaOptions,
-    PackedLlama,
     StepWidth,
     build_engine,
     greedy_generate,
@@ -31,16 +31,18 @@ def test_the_step_width_setting_parses_auto_one_token_and_a_width():
 def test_step_width_zero_on_a_packable_model_runs_and_names_transformers_forward():
     """The packed forward runs W-wide steps only: with one-token steps transformers' forward decodes, and the
     engine says so, for the engine line, the stats and the cost-curve keys alike."""
-    engine = build_engine(make_tiny_llama(), tokenizer=None, model_id="tiny", width=ONE_TOKEN)
-    assert not isinstance(engine.model, PackedLlama)
+    model = make_tiny_llama()
+    engine = build_engine(model, tokenizer=None, model_id="tiny", width=ONE_TOKEN)
+    assert engine.model is model and engine.recipe == DecodeRecipe()  # transformers' forward, one-token steps
     assert engine.forward == "transformers" and engine.step_width is None
     assert "transformers forward, one-token decode steps" in engine.describe()
 
 
 def test_a_fixed_width_on_a_packable_model_runs_the_packed_forward():
     engine = build_engine(make_tiny_llama(), tokenizer=None, model_id="tiny", width=StepWidth.parse(4))
-    assert isinstance(engine.model, PackedLlama)
+    assert engine.model.packing == engine.recipe.packing and engine.recipe.prefill_chunk == 64
     assert engine.forward == "packed" and engine.step_width == 4
+    assert engine.recipe.cross_granules == (engine.attention == "kernel")  # the granule rule, decided here only
     attention = ", lane-kernel attention" if engine.attention == "kernel" else ""
     assert f"packed forward{attention}, 4-wide decode steps" in engine.describe()
     assert engine.steps(100, 20).width == 4
@@ -97,3 +99,15 @@ def test_int_weights_are_refused_with_the_reason_where_they_cannot_run():
     # "auto" where nothing but dense can run asks no one and packs dense
     engine = build_engine(make_tiny_llama(), None, "tiny", ONE_TOKEN, weights="auto", choose_format=None)
     assert engine.weights == "dense" and engine.forward == "transformers"
+
+
+def test_an_engine_rebuilt_from_a_recipe_shares_its_forward_only_where_the_packing_is_the_same():
+    model = make_tiny_llama().to(torch.bfloat16)
+    engine = build_engine(model, None, "tiny", StepWidth.parse(4), weights="int8")
+    wider = engine.rebuilt(DecodeRecipe.from_json({**engine.recipe.to_json(), "step_width": 8}))
+    assert wider.model is engine.model and wider.recipe.step_width == 8 and wider.steps(10, 20).width == 8
+    older = engine.rebuilt(DecodeRecipe.from_json({**engine.recipe.to_json(), "prefill_weights": "int8"}))
+    assert older.model is not engine.model and older.model.packing == older.recipe.packing
+    assert older.model.source is model and older.model.prefixes.max_bytes == 0  # no prompt chunks kept for it
+    plain = engine.rebuilt(DecodeRecipe())
+    assert plain.model is model and plain.forward == "transformers"

@@ -123,7 +123,7 @@ def test_on_cuda_the_engine_line_and_the_cost_key_name_the_gpu(monkeypatch):
     tiny = make_tiny_llama()
     on_gpu = SimpleNamespace(config=tiny.config, parameters=tiny.parameters, device=torch.device("cuda", 0))
     assert device_name("cuda") == "NVIDIA H200" and device_name("cpu") != "NVIDIA H200"
-    assert Engine(on_gpu, None, "tiny", step_width=4).describe().endswith("(NVIDIA H200)")
+    assert Engine.of(on_gpu, None, "tiny", step_width=4).describe().endswith("(NVIDIA H200)")
     assert "|cuda:0 NVIDIA H200|" in machine_key(on_gpu)
     assert "|cpu|" in machine_key(tiny)  # CPU keys as before: curves measured already still count
 

@@ -21,7 +21,7 @@ from decoding import (
 )
 from decoding.batch_probe import short_block_mismatches
 from decoding.cost_curve import FLAT_TOLERANCE, STEP_WIDTHS, UNPADDED_WIDTH, CostCurve
-from decoding.engine import StepWidth, attention_name, needs_padding, pack_model
+from decoding.engine import StepWidth, needs_padding, pack_model
 from decoding.packed import Lane
 from decoding.packing import packing_refusal
 from decoding.prefix_cache import PrefixCache
@@ -181,7 +181,7 @@ def test_bundled_model_is_packed_and_its_packed_llma_equals_its_packed_greedy(bu
     """The configuration `make run` uses: the bundled model packed, 8-wide steps, in its dtype (fp32 here)."""
     model, tokenizer = bundled
     packed = pack_model(model)
-    assert isinstance(packed, PackedLlama)
+    assert packed.packing.forward == "packed"
     prompt = tokenizer.apply_chat_template(
         [{"role": "user", "content": "How do I reset my password?"}], add_generation_prompt=True, tokenize=True,
         return_dict=True,
@@ -249,7 +249,7 @@ def test_batched_attention_gives_every_row_its_lane_by_lane_bits(arch, overrides
     source = make_tiny_model(arch, DTYPES[dtype], seed=2, **overrides)
     lane_by_lane = PackedLlama(source, lane_kernel=False, batched_attention=False, prefix_cache_bytes=0)
     batched = PackedLlama(source, lane_kernel=False, batched_attention=True, prefix_cache_bytes=0)
-    assert (attention_name(batched), attention_name(lane_by_lane)) == ("batched", "sdpa")
+    assert (batched.packing.attention, lane_by_lane.packing.attention) == ("batched", "sdpa")
     for specs in (MIXED_LANES, SAME_KEYS):
         expected = [lane_by_lane.forward_lanes([lane])[0] for lane in lanes_over_random_caches(lane_by_lane, specs)]
         alone = [batched.forward_lanes([lane])[0] for lane in lanes_over_random_caches(batched, specs)]
