@@ -15,7 +15,7 @@ skips what is left once it has passed:
 - concurrency: 8 replies at once against one after another.
 
 Writes report.json and report.md to --out (default docs/gpu/<date>-<GPU name>/; a temporary folder for a dry run).
-Needs torch and transformers 5 (the `cache=` keyword, decoding/forward.py), not the bundled model or tokenizer.
+Needs torch and transformers 5 (the `cache=` keyword, decoding/runners.py), not the bundled model or tokenizer.
 """
 
 import argparse

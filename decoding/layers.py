@@ -29,10 +29,10 @@ class LaneInputs(NamedTuple):
     keys: list[list[torch.Tensor]]  # keys[j][i]: lane j's cache of layer i, (1, kv_heads, cache_len, dim)
     values: list[list[torch.Tensor]]
     by_kernel: bool  # attend and normalize through the lane kernel; else SDPA and F.rms_norm, lane by lane
-    cos: list[torch.Tensor]  # SDPA: each lane's rotary rows (T, 1, dim), signed sin (PackedLlama); [] by kernel
+    cos: list[torch.Tensor]  # SDPA: each lane's rotary rows (T, 1, dim), sin signed (RotaryTables); [] by kernel
     sin: list[torch.Tensor]
-    masks: list[list[torch.Tensor]]  # SDPA: each lane's mask per attention kind (PackedLlama.windows); [] by kernel
-    cos_table: torch.Tensor  # by kernel: the whole rotary tables, (cache_len, 1, dim)
+    masks: list[list[torch.Tensor]]  # SDPA: each lane's mask per attention kind (ModelShape.windows); [] by kernel
+    cos_table: torch.Tensor  # by kernel: the whole rotary tables, (L, dim) (RotaryTables)
     sin_table: torch.Tensor
     copy_keys: bool  # SDPA reads a contiguous copy of the keys, not a view strided by the cache's size (prefills)
 
@@ -147,7 +147,7 @@ class DecoderLayers(torch.nn.Module):
             # A lone row is asked twice: SDPA rounds a one-row query unlike the same row among others (measured:
             # 13 of 33 random cases at 2 rows, AMD EPYC), and then a short block alone would not give the bits it
             # gets padded or in company, so every step would have to be padded. Twice, it gives those bits
-            # (0 of 600). Its mask has the row twice (PackedLlama._lane_context).
+            # (0 of 600). Its mask has the row twice (PackedLlama._lane_masks).
             q = q.expand(2, heads, dim)
         rows = q.shape[0]
         # The q heads sharing a kv head are stacked as rows of one query (kv_heads, group * T, dim): one
