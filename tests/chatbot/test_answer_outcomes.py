@@ -33,7 +33,7 @@ CONVERSATIONS = (
 @pytest.fixture(scope="module")
 def service(bundled, tmp_path_factory):
     model, tokenizer = bundled
-    engine = Engine(model, tokenizer, MODEL_ID, step_width=None)
+    engine = Engine.of(model, tokenizer, MODEL_ID, step_width=None)
     svc = ChatService.open(engine, tmp_path_factory.mktemp("outcomes") / "data", settings=CHECKED, cost=CPU_CURVE)
     yield svc
     svc.cache.close()

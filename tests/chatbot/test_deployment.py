@@ -99,7 +99,7 @@ def test_a_reply_prefilled_in_its_own_int_format_verifies_after_prefills_went_de
     packs that combination for them, and the current one for new replies."""
     model = make_tiny_llama(vocab_size=len(tokenizer), seed=3).to(torch.bfloat16)
     settings = ChatSettings(max_new_tokens=12)
-    older = Engine(PackedLlama(model, weights="int4", prefill_weights="int4"), tokenizer, "tiny", 4)
+    older = Engine.of(PackedLlama(model, weights="int4", prefill_weights="int4"), tokenizer, "tiny", 4)
     service = ChatService.open(older, tmp_path, settings=settings, seed=Seed(), cost=CURVE)
     before = service.ask("How do I reset my password?")
     assert before.stats.prefill_weights == "int4"
@@ -120,7 +120,7 @@ def test_a_reply_that_attended_through_sdpa_verifies_after_steps_moved_to_the_la
         pytest.skip(lane_kernel_refusal())
     model = make_tiny_llama(vocab_size=len(tokenizer), seed=3).to(torch.bfloat16)
     settings = ChatSettings(max_new_tokens=12)
-    older = Engine(PackedLlama(model, weights="int4", lane_kernel=False), tokenizer, "tiny", 4)
+    older = Engine.of(PackedLlama(model, weights="int4", lane_kernel=False), tokenizer, "tiny", 4)
     service = ChatService.open(older, tmp_path, settings=settings, seed=Seed(), cost=CURVE)
     before = service.ask("How do I reset my password?")
     stored_before = {k: v for k, v in before.stats.to_json().items() if k != "attention"}
@@ -142,7 +142,7 @@ def test_a_reply_prefilled_through_sdpa_verifies_after_prompts_moved_to_the_lane
         pytest.skip(lane_kernel_refusal())
     model = make_tiny_llama(vocab_size=len(tokenizer), seed=3).to(torch.bfloat16)
     settings = ChatSettings(max_new_tokens=12)
-    older = Engine(PackedLlama(model, weights="int4", prefill_attention="sdpa"), tokenizer, "tiny", 4)
+    older = Engine.of(PackedLlama(model, weights="int4", prefill_attention="sdpa"), tokenizer, "tiny", 4)
     service = ChatService.open(older, tmp_path, settings=settings, seed=Seed(), cost=CURVE)
     before = service.ask("How do I reset my password?")
     assert before.stats.attention == "kernel" and before.stats.prefill_attention == "sdpa"
@@ -163,7 +163,7 @@ def test_prompts_that_begin_alike_reuse_their_chunks_and_reply_as_computed_whole
     the reply says so, Verify agrees, and a service whose cache is empty gives the very same reply."""
     model = make_tiny_llama(vocab_size=len(tokenizer), seed=5).to(torch.bfloat16)
     settings = ChatSettings(max_new_tokens=12)
-    service = ChatService.open(Engine(PackedLlama(model), tokenizer, "tiny", 4), tmp_path / "a", settings=settings,
+    service = ChatService.open(Engine.of(PackedLlama(model), tokenizer, "tiny", 4), tmp_path / "a", settings=settings,
                                seed=Seed(), cost=CURVE)
     first = service.ask("How do I reset my password?")
     second = service.ask("Can I change the email address of my account?", session_id="another")
@@ -176,7 +176,7 @@ def test_prompts_that_begin_alike_reuse_their_chunks_and_reply_as_computed_whole
     assert rerun.prefill_break == second.stats.prefill_break and rerun.prefill_chunk == 64
     assert rerun.cross_granules == (service.engine.attention == "kernel")
     assert service.verify(first.id).identical and service.verify(second.id).identical
-    cold = ChatService.open(Engine(PackedLlama(model), tokenizer, "tiny", 4), tmp_path / "b", settings=settings,
+    cold = ChatService.open(Engine.of(PackedLlama(model), tokenizer, "tiny", 4), tmp_path / "b", settings=settings,
                             seed=Seed(), cost=CURVE)
     alone = cold.ask("Can I change the email address of my account?")
     assert alone.stats.prompt_reused == 0 and alone.text == second.text

@@ -47,7 +47,7 @@ def open_service(tmp_path: Path, tokenizer, model, embedder, **settings) -> Chat
     """A service whose fresh install seeds one approved staff answer and no articles."""
     seed = Seed(articles={}, answers=[StaffAnswer("forgot-password", QUESTION, APPROVED, "reset-password")])
     service = ChatService.open(
-        Engine(model, tokenizer, "tiny", step_width=None), tmp_path,
+        Engine.of(model, tokenizer, "tiny", step_width=None), tmp_path,
         settings=ChatSettings(max_new_tokens=8, **settings), seed=seed, cost=CURVE,
     )
     # Seeding articles is what marks an install as set up; with none, add one so a reopen does not reseed.
@@ -290,7 +290,7 @@ def test_a_question_clearly_matching_an_approved_answer_gets_that_answers_articl
     articles = {"reset-password": "Sign-in help R7\nVisit the page named in step one of the form.",
                 "decoy": "Password reset\nHow to reset a forgotten password and get back into the account."}
     seed = Seed(articles=articles, answers=[StaffAnswer("forgot-password", QUESTION, APPROVED, "reset-password")])
-    service = ChatService.open(Engine(model, tokenizer, "tiny", step_width=None), tmp_path,
+    service = ChatService.open(Engine.of(model, tokenizer, "tiny", step_width=None), tmp_path,
                                settings=ChatSettings(max_new_tokens=8), seed=seed, cost=CURVE)
     try:
         assert service.cache.best_article(REWORDED, threshold=0.0).id == "decoy"

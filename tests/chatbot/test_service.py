@@ -27,7 +27,7 @@ CPU_CURVE = CostCurve(sizes=(1, 2, 4, 8, 16, 32, 64), seconds=(0.075, 0.110, 0.1
 def engine(bundled) -> Engine:
     """The bundled model on transformers' forward with one-token steps (fp32)."""
     model, tokenizer = bundled
-    return Engine(model, tokenizer, MODEL_ID, step_width=None)
+    return Engine.of(model, tokenizer, MODEL_ID, step_width=None)
 
 
 @pytest.fixture(scope="module")
