@@ -29,7 +29,7 @@ from bench.markdown import write_side_run
 from bench.methods import app_engine
 from bench.workloads import round_robin
 from chatbot import ChatService, ChatSettings, Seed
-from chatbot.service import open_cache
+from chatbot.deployment import open_cache
 from data import group_questions, load_questions, load_staff_answers
 from decoding import WEIGHTS_SETTINGS, in_passing_thread
 

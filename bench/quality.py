@@ -22,7 +22,7 @@ from bench.methods import app_engine, decoding_rule
 from bench.quality_checks import ReplyQuality, judge
 from bench.workloads import round_robin
 from chatbot import ChatService, ChatSettings, Seed, Verification
-from chatbot.service import open_cache
+from chatbot.deployment import open_cache
 from data import Question, group_questions, load_questions
 
 SETS = ("first wording", "reworded", "novel")

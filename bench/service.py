@@ -35,8 +35,8 @@ from cache import Embedder
 from cache.embedder import DEFAULT_MODEL as DEFAULT_EMBEDDING_MODEL
 from cache.embedder import DTYPES as EMBEDDING_DTYPES
 from chatbot import ChatService, ChatSettings, Reply, Seed, Verification
+from chatbot.deployment import open_cache
 from chatbot.prompt import LAYOUTS
-from chatbot.service import open_cache
 from chatbot.settings import embedding_dtype_for
 from data import Question, group_questions, load_questions, load_staff_answers
 from decoding import DEFAULT_PREFIX_CACHE_BYTES, in_passing_thread

@@ -23,9 +23,10 @@ from cache import (
     WordingRecord,
 )
 
-from .accounts import ROLES, Accounts, Bootstrap, PermissionDenied, StaffAccount
-from .admin import ACTIONS, AdminService, EngineSummary
+from .accounts import ACTIONS, ROLES, Accounts, Bootstrap, PermissionDenied, StaffAccount
+from .admin import AdminService
 from .admission import Admission, ChatBusy, ChatLimits
+from .deployment import EngineSummary
 from .prompt import InputError
 from .replies import Reply, ReplyReferences, Span, Verification
 from .seed import Seed

@@ -9,13 +9,21 @@ from dataclasses import dataclass
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatchError
 
-from cache import StaffRecord, StaffStore
+from cache import AuditFilter, StaffRecord, StaffStore
 
 from .prompt import InputError
 
 ROLES = ("agent", "admin")  # in rising order of rights
 MIN_PASSWORD_CHARS = 8
 NAME_CHARS = 64
+# Audit action names; "approve", "reject" and "unreview" change the review state of cached answers.
+REVIEW_ACTIONS = {"approved": "approve", "rejected": "reject", "candidate": "unreview"}
+ALL = AuditFilter()  # no filter: every row
+ACTIONS = (
+    "login", "login_failed", "edit", "delete", "approve", "reject", "unreview", "propose", "dismiss_proposal", "import",
+    "export", "article_save", "article_delete", "user_add", "user_reset", "user_role", "user_remove", "denied",
+    "wording_add", "wording_remove", "wording_confirm", "wording_drop", "merge",
+)
 
 
 class PermissionDenied(Exception):

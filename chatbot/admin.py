@@ -1,13 +1,9 @@
-"""What the staff pages do: browse and edit cached answers, the knowledge base, served replies, the dashboard,
-JSONL import/export, edit proposals, staff accounts and the audit log. The web UI calls this, never the cache.
-
-Every method takes the acting user's name first and checks that user's role in the database on each call, so
-a role changed or an account removed takes effect at once, whatever page the user still has open. Every change
-writes exactly one audit row after it succeeded; a refused call writes one `denied` row instead.
-"""
+"""What the staff pages do (cached answers, help articles, served replies, dashboard, import/export, proposals,
+staff accounts, audit log); the web UI calls this, never the cache. Every method checks the acting user's role
+in the database on each call, so a changed role takes effect at once; every change writes one audit row after it
+succeeded, a refused call one `denied` row."""
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 from cache import (
@@ -27,30 +23,11 @@ from cache import (
     WordingRecord,
 )
 
-from .accounts import Accounts, PermissionDenied, StaffAccount, outranks
-from .deployment import step_width_key
+from .accounts import ALL, REVIEW_ACTIONS, Accounts, PermissionDenied, StaffAccount, outranks
+from .deployment import EngineSummary, step_width_key
 from .prompt import InputError, answer_token_ids
 from .replies import Verification
 from .service import ChatService
-
-
-@dataclass(frozen=True)
-class EngineSummary:
-    """How this replica decodes, and the step width the deployment chose (kept in its database)."""
-
-    line: str  # the engine line printed at start
-    step_width: int | None  # this replica's: every decode forward this wide; None: one-token steps
-    deployment_step_width: int | None  # the first choice of "auto", shared by every replica; None: one-token steps
-    deployment_chose: bool = False  # whether the deployment's database holds that choice
-
-# Audit action names; "approve", "reject" and "unreview" change the review state of cached answers.
-REVIEW_ACTIONS = {"approved": "approve", "rejected": "reject", "candidate": "unreview"}
-ALL = AuditFilter()  # no filter: every row
-ACTIONS = (
-    "login", "login_failed", "edit", "delete", "approve", "reject", "unreview", "propose", "dismiss_proposal", "import",
-    "export", "article_save", "article_delete", "user_add", "user_reset", "user_role", "user_remove", "denied",
-    "wording_add", "wording_remove", "wording_confirm", "wording_drop", "merge",
-)
 
 
 class AdminService:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from cache import AnswerCache, Embedder, NewAnswer, NewReply
+from cache import AnswerCache, NewAnswer, NewReply
 from cache.records import ANSWERED, CUT, HANDED_OFF, NOT_DECODED, Hit
 from decoding import (
     AUTO,
@@ -32,17 +32,15 @@ from decoding import (
     StepWidth,
     build_engine,
     greedy_generate,
-    in_passing_thread,
     llma_stream,
     load_model,
     load_or_measure,
-    one_core_here,
     scheduled_greedy,
     scheduled_llma_stream,
 )
 from decoding.engine import DEFAULT_MODEL_ID
 
-from .deployment import COST_CURVES_FILE, shared_weights_chooser, shared_width_chooser
+from .deployment import COST_CURVES_FILE, open_cache, open_scheduler, shared_weights_chooser, shared_width_chooser
 from .measure import ReplyMeter, StepTimer, copied_spans, used_entries
 from .prompt import InputError, clean_text
 from .replies import Reply, ReplyReferences, Verification
@@ -382,33 +380,3 @@ class ChatService:
         """A service sharing engine and cache but with other settings (for tests and the benchmark)."""
         return ChatService(self.engine, self.cache, replace(self.settings, **changes), self.cost, self.scheduler)
 
-
-def open_scheduler(engine: Engine, max_concurrent_replies: int) -> Scheduler | None:
-    """The scheduler that owns the packed forward, serving one reply at a time where that is asked for (as before
-    continuous batching): its thread is then still the only one that computes on several cores (see
-    decoding/threads.py); None on transformers' forward, whose replies take turns in their own threads."""
-    if engine.forward != "packed":
-        return None
-    return Scheduler.checked(
-        engine.model, engine.step_width, max_concurrent_replies, short_lanes=not engine.padded_steps
-    )
-
-
-def open_cache(
-    data_dir: str | Path, db_url: str | None, max_entries: int, embedding_model: str, embedding_dtype: str = "float32",
-) -> AnswerCache:
-    """The answer cache with the embedding model it indexes questions with (a name or a folder), run in
-    `embedding_dtype`."""
-    # Loaded in a thread that ends: casting to bfloat16 runs parallel regions, and the calling thread (a script's
-    # main thread, say) would keep their OpenMP team for good, which slows every step of the scheduler's (0.70 s
-    # against 0.36 for 64 greedy tokens; decoding/threads.py).
-    embedder = in_passing_thread(lambda: Embedder.named(embedding_model, embedding_dtype))
-
-    def embed(texts: list[str]):
-        one_core_here()  # while the scheduler's thread computes on several cores (decoding/threads.py)
-        return embedder.embed(texts)
-
-    return AnswerCache.open(
-        Path(data_dir), embed=embed, dim=embedder.dim, url=db_url, max_entries=max_entries,
-        embedder_name=embedder.name,
-    )

@@ -169,7 +169,7 @@ class RepetitionRule:
         return cls(**data)
 
 
-REPETITION_OFF = RepetitionRule()  # plain greedy: the default everywhere, today's behavior exactly
+REPETITION_OFF = RepetitionRule()  # plain greedy (CHATBOT_REPETITION=off)
 # The rule to decode helpdesk replies with. Measured on the bundled SmolLM2-135M (bf16, 4-wide packed steps, the
 # first wording of 12 shipped question groups with their help article, 256 new tokens): plain greedy looped on 11
 # replies and ended by EOS on 1; DRY at llama.cpp's suggested settings looped on none, ended 7 by EOS, and read as

@@ -11,7 +11,7 @@ import chatbot.deployment as deployment
 from cache import StaffStore
 from cache.embedder import MODEL_NAME as EMBEDDING_BUNDLED
 from chatbot import Accounts, AdminService, ChatService, ChatSettings, Seed
-from chatbot.service import open_cache
+from chatbot.deployment import open_cache
 from chatbot.stats import ReplyStats
 from decoding import AUTO, ONE_TOKEN, CostCurve, Engine, PackedLlama, StepWidth, build_engine
 from decoding.lane_kernel import lane_kernel_refusal

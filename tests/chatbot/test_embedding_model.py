@@ -13,9 +13,9 @@ from app import Settings
 from cache import AnswerCache, Embedder
 from cache.embedder import BF16_SUFFIX, DEFAULT_MODEL, MODEL_NAME, bundled_model_dir, model_dir_of
 from chatbot import ChatSettings
+from chatbot.deployment import open_cache
 from chatbot.grounding import GroundingPolicy, choose_grounding
 from chatbot.seed import Seed, seed_help_centre
-from chatbot.service import open_cache
 from chatbot.settings import TUNED, UNTUNED_MODEL
 from data import load_staff_answers
 from decoding.hardware import pick_dtype
