@@ -17,6 +17,7 @@ import torch
 from .batch_probe import short_blocks_keep_their_bits
 from .cost_model import choose_step_width, choose_weights
 from .hardware import device_name
+from .lane_kernel import kernel_paths
 from .model_loading import load_model
 from .packed import DEFAULT_PREFIX_CACHE_BYTES, PackedLlama
 from .packing import packing_refusal
@@ -135,7 +136,10 @@ class Engine:
         """The engine line printed at start, e.g. "bfloat16 on cpu, packed forward, 4-wide decode steps (CPU)"; on CUDA
         the GPU's name in the brackets."""
         where = f"{str(self.dtype).removeprefix('torch.')} on {self.device}"
-        return f"{where}, {self.recipe.describe()} ({device_name(self.device)})"
+        machine = device_name(self.device)
+        if self.recipe.attention == "kernel" and kernel_paths():
+            machine += f"; {kernel_paths()} kernels"  # which vector paths of the lane library run here
+        return f"{where}, {self.recipe.describe()} ({machine})"
 
     @classmethod
     def of(cls, forward, tokenizer, model_id: str, step_width: int | None, padded_steps: bool = True) -> "Engine":
