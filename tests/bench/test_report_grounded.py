@@ -13,7 +13,6 @@ from bench.results import MethodRun, QuestionRecord, Reference, load
 from bench.summary import summarize, summarize_grounded
 from bench.targets import GROUNDED_IDENTITY, IDENTITY, compute_targets, end_to_end, same_prompt
 
-ROOT = Path(__file__).resolve().parents[2]
 PLOTS = ["speedup_by_method.png", "speedup_per_question.png", "grid_heatmap.png", "cost_curve.png"]
 APPROVED = Reference("approved", 30, 0.8, "How do I reset my password?", True, retrieved=True)
 CACHE_HIT = Reference("cache", 25, 0.7, "How do I share a folder?", False)
@@ -124,7 +123,8 @@ def test_results_json_keeps_the_grounded_fields(grounded_run, tmp_path):
 
 
 def test_a_run_from_before_grounding_loads_with_defaults_and_has_no_grounded_section():
-    old = load(ROOT / "docs" / "benchmark" / "2026-11-29-fp32" / "results.json")
+    # The results of a run from 2026-11-29, two questions of each workload kept (docs/benchmark/2026-11-29-fp32).
+    old = load(Path(__file__).parent / "fixtures" / "results_before_grounding.json")
     assert old.settings.grounding == {} and old.grounded_workloads() == []
     assert all(q.plain_prompt_tokens is None and not q.is_grounded() for q in old.questions)
     assert all(r.copied_from_first_reference is None for q in old.questions for r in q.runs)
