@@ -38,8 +38,7 @@ def embedder() -> Embedder:
 def chat(tmp_path: Path, embedder: Embedder, tiny_model):
     tokenizer = AutoTokenizer.from_pretrained(DEFAULT_MODEL_DIR, local_files_only=True)
     cache = AnswerCache.open(tmp_path, embed=embedder.embed, dim=embedder.dim)
-    engine = Engine.of(tiny_model, tokenizer, "tiny", step_width=None)
-    yield ChatService(engine, cache, ChatSettings.decoding_only(), CURVE)
+    yield ChatService(Engine.of(tiny_model, tokenizer, "tiny", step_width=None), cache, ChatSettings(), CURVE)
     cache.close()
 
 
