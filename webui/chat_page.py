@@ -19,7 +19,8 @@ INTRO = (
     "## Nimbus Drive help\n"
     "Ask about your account, storage, sharing or billing. Replies are decoded with LLMA: text is copied from "
     "similar past answers and help articles, and every copied token is checked against the model's own choice, "
-    "so the answer is exactly what plain decoding would give, only faster."
+    "so the reply is exactly what the engine's decoding rule (greedy, with repetition control and grounded "
+    "numbers) gives one token at a time, only faster."
 )
 # Admission, not Gradio's queue, holds the line for the model (as many turns at once as the service decodes
 # together, in order); Gradio runs a few more events than the line holds so that a question that must be
