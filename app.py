@@ -3,7 +3,7 @@
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Literal, NoReturn
+from typing import Literal, NoReturn, get_args, get_origin
 
 import torch
 import uvicorn
@@ -15,7 +15,7 @@ from cache.embedder import DEFAULT_MODEL as DEFAULT_EMBEDDING_MODEL
 from cache.embedder import MODEL_NAME as EMBEDDING_BUNDLED
 from cache.embedder import model_dir_of
 from chatbot import Accounts, AdminService, Admission, Bootstrap, ChatLimits, ChatService, ChatSettings, InputError
-from chatbot.settings import DEFAULT_HANDOFF_MESSAGE, embedding_dtype_for
+from chatbot.settings import embedding_dtype_for
 from data import example_questions
 from decoding import (
     DEFAULT_PREFIX_CACHE_BYTES,
@@ -35,10 +35,13 @@ from webui import LoginLimits, build_app
 
 EMBEDDING_CHOICES = (f"{DEFAULT_EMBEDDING_MODEL} (`make run` prepares it), {EMBEDDING_BUNDLED} (bundled) or a "
                      "sentence-transformers folder")
+# The name of ChatSettings' decoding rule among CHATBOT_REPETITION's choices.
+DEFAULT_REPETITION = next(name for name, rule in NAMED_RULES.items() if rule == ChatSettings.repetition)
 
 
 class Settings(BaseSettings):
-    """Every knob of the app, read from CHATBOT_* environment variables (CHATBOT_PORT=8000, ...)."""
+    """Every knob of the app, read from CHATBOT_* environment variables (CHATBOT_PORT=8000, ...). A default that
+    shapes a chat turn is ChatSettings' own."""
 
     model_config = SettingsConfigDict(env_prefix="CHATBOT_")
 
@@ -70,7 +73,7 @@ class Settings(BaseSettings):
     prefix_cache_mb: int = Field(DEFAULT_PREFIX_CACHE_BYTES // 2**20, description=(
         "Memory for the keys and values of prompt chunks kept for later prompts that begin alike (the system "
         "prompt, a help article); 0 keeps none."))
-    warm_prefixes: bool = Field(True, description=(
+    warm_prefixes: bool = Field(ChatSettings.warm_prefixes, description=(
         "While no reply is decoding, prefill the help centre's prompt beginnings into that cache."))
     references_k: int = Field(ChatSettings.references_k, description=(
         "How many similar past answers become references LLMA may copy from."))
@@ -81,42 +84,43 @@ class Settings(BaseSettings):
     grounding: Literal["approved", "all", "off"] = Field(ChatSettings.grounding, description=(
         "Which cached answers may go into the prompt: staff-approved only, also the model's unreviewed ones, or "
         "none."))
-    grounding_threshold: float | None = Field(None, description=(
+    grounding_threshold: float | None = Field(ChatSettings.grounding_threshold, description=(
         "Least fused score (cosine plus weighted BM25) of the best approved match for it to ground; empty: the "
         "value tuned for the embedding model (chatbot/settings.py TUNED; tune: python -m bench.retrieval)."))
-    grounding_margin: float | None = Field(None, description=(
+    grounding_margin: float | None = Field(ChatSettings.grounding_margin, description=(
         "How far a best match whose article is not the chosen one must be ahead of the runner-up; empty: tuned."))
-    grounding_article_margin: float | None = Field(None, description=(
+    grounding_article_margin: float | None = Field(ChatSettings.grounding_article_margin, description=(
         "The same margin for a best match from the chosen article; empty: tuned."))
-    article_match_threshold: float | None = Field(None, description=(
+    article_match_threshold: float | None = Field(ChatSettings.article_match_threshold, description=(
         "The help article comes from the best approved answer's own article when the question matches that "
         "answer this clearly (1.01 turns this off); empty: tuned."))
-    article_match_margin: float | None = Field(None, description=(
+    article_match_margin: float | None = Field(ChatSettings.article_match_margin, description=(
         "... and this far ahead of the runner-up; empty: tuned."))
-    embedding_model: str = Field(DEFAULT_EMBEDDING_MODEL, description=(
+    embedding_model: str = Field(ChatSettings.embedding_model, description=(
         f"The sentence embedding model: {EMBEDDING_CHOICES}. Changing it re-embeds the cache at the next start."))
     embedding_dtype: Literal["auto", "float32", "bfloat16"] = Field("auto", description=(
         "auto: bfloat16 where the CPU multiplies bf16 natively. Changing it re-embeds the cache at the next "
         "start."))
-    lexical_weight: float | None = Field(None, description="The weight of BM25 in the fused score; empty: tuned.")
+    lexical_weight: float | None = Field(ChatSettings.lexical_weight, description=(
+        "The weight of BM25 in the fused score; empty: tuned."))
     match_answers: bool = Field(ChatSettings.match_answers, description=(
         "An approved entry also scores by its answer's cosine where that is higher."))
     grounding_answers: int = Field(ChatSettings.grounding_answers, description=(
         "How many approved answers go into the prompt."))
     grounding_token_budget: int = Field(ChatSettings.grounding_token_budget, description=(
         "Answer tokens the grounding may add to the prompt."))
-    repetition: Literal["dry", "off"] = Field("dry", description=(
+    repetition: Literal["dry", "off"] = Field(DEFAULT_REPETITION, description=(
         "The decoding rule every reply equals: dry is greedy with a DRY penalty on repeating the reply itself, a "
         "stop when it repeats 16 tokens anyway, an end bonus past 96 tokens and grounded numbers; off is plain "
         "greedy (replies often loop to the limit)."))
     prompt_layout: Literal["system", "turn", "answer"] = Field(ChatSettings.prompt_layout, description=(
         "Where an approved answer sits in the prompt: given to the customer's very question (answer, copied "
         "most), as an earlier exchange (turn) or in the system message (system)."))
-    uncovered: Literal["hand-off", "answer"] = Field("hand-off", description=(
+    uncovered: Literal["hand-off", "answer"] = Field(ChatSettings.uncovered, description=(
         "A first question no approved answer and no help article covers: reply the hand-off message without "
         "decoding, or let the model answer on its own (with a notice)."))
-    handoff_message: str = Field(DEFAULT_HANDOFF_MESSAGE, description="What a handed-off question gets.")
-    check_sources: bool = Field(True, description=(
+    handoff_message: str = Field(ChatSettings.handoff_message, description="What a handed-off question gets.")
+    check_sources: bool = Field(ChatSettings.check_sources, description=(
         "Check that each article and approved answer answers the question before it goes into the prompt; "
         "decline messages that try to change the instructions; answer sums with the article's figures."))
     source_coverage: float = Field(ChatSettings.source_coverage, description=(
@@ -126,7 +130,7 @@ class Settings(BaseSettings):
         "... or this share when retrieval found the source at least source_close_score close."))
     source_close_score: float = Field(ChatSettings.source_close_score, description=(
         "The fused score from which the smaller share applies."))
-    check_replies: Literal["cut", "record", "off"] = Field("cut", description=(
+    check_replies: Literal["cut", "record", "off"] = Field(ChatSettings.check_replies, description=(
         "Check each sentence before it is shown and cut the reply at the first unsupported one; record checks "
         "without cutting; off checks nothing."))
     sentence_overlap: float = Field(ChatSettings.sentence_overlap, description=(
@@ -208,19 +212,23 @@ class Settings(BaseSettings):
 
 
 def settings_reference() -> str:
-    """docs/settings.md: every setting with its variable, choices, default and description (`make settings-doc`)."""
+    """docs/settings.md: every setting's variable, type or choices, default and description (`make settings-doc`)."""
     lines = ["# Settings", "",
-             "Environment variables (or a `.env` file), read once by `app.py`. Written by `make settings-doc` from",
-             "the descriptions of `app.Settings`; tests/test_settings_doc.py keeps it current.", "",
-             "| variable | default | meaning |", "|---|---|---|"]
+             "Environment variables, read once by `app.py`. Written by `make settings-doc` from the descriptions of",
+             "`app.Settings`; tests/test_settings_doc.py keeps it current. No default: the setting is unset.", "",
+             "| variable | type | default | meaning |", "|---|---|---|---|"]
     for name, field in Settings.model_fields.items():
-        default = "" if field.default is None else str(field.default)
-        choices = getattr(field.annotation, "__args__", ())
-        named = ", ".join(f"`{c}`" for c in choices if isinstance(c, str))
-        meaning = f"{field.description}{f' Choices: {named}.' if named else ''}"
-        lines.append(f"| `CHATBOT_{name.upper()}` | `{default}` | {meaning} |" if default
-                     else f"| `CHATBOT_{name.upper()}` | | {meaning} |")
+        default = "" if field.default is None else f"`{field.default}`"
+        lines.append(f"| `CHATBOT_{name.upper()}` | {_type_of(field.annotation)} | {default} | {field.description} |")
     return "\n".join(lines) + "\n"
+
+
+def _type_of(annotation) -> str:
+    """A setting's choices, or its type's name (of X | None, X's)."""
+    if get_origin(annotation) is Literal:
+        return ", ".join(f"`{choice}`" for choice in get_args(annotation))
+    kinds = [kind for kind in get_args(annotation) if kind is not type(None)] or [annotation]
+    return kinds[0].__name__
 
 
 def main() -> None:

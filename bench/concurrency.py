@@ -252,7 +252,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     engine = in_passing_thread(lambda: app_engine(args.weights))
     print(f"Engine: {engine.describe()}", flush=True)
-    settings = ChatSettings(max_new_tokens=args.max_new_tokens, warm_prefixes=not args.cold)
+    settings = ChatSettings.decoding_only(max_new_tokens=args.max_new_tokens, warm_prefixes=not args.cold)
     warmed = OrderedDict() if not args.cold else None
     pool = distinct_questions(max(counts) * each * 2, args.questions)
     if len(pool) < max(counts) * each:

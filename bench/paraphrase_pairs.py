@@ -20,7 +20,7 @@ def main() -> None:
     torch.set_num_threads(2)
     groups = [g for g in group_questions(load_questions()).values() if len(g) > 1][: args.pairs]
     with tempfile.TemporaryDirectory() as data_dir:
-        svc = ChatService.create(data_dir, settings=ChatSettings(max_new_tokens=args.max_new_tokens))
+        svc = ChatService.create(data_dir, settings=ChatSettings.decoding_only(max_new_tokens=args.max_new_tokens))
         print("| second question | tokens | copied | passes | estimated speedup | verify: identical | measured |")
         print("|---|---|---|---|---|---|---|")
         for group in groups:

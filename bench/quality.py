@@ -96,7 +96,7 @@ def run_variant(engine, variant: str, sets: dict[str, list[str]], max_new_tokens
     """A fresh install (the shipped articles and approved answers) decoding under `variant`."""
     rule, rule_changes, changes = VARIANTS[variant]
     rule = replace(decoding_rule(rule), **rule_changes)
-    settings = ChatSettings(max_new_tokens=max_new_tokens, repetition=rule, **changes)
+    settings = ChatSettings.decoding_only(max_new_tokens=max_new_tokens, repetition=rule, **changes)
     with tempfile.TemporaryDirectory(prefix="quality-") as data_dir:
         cache = open_cache(data_dir, None, settings.max_entries, settings.embedding_model)
         service = ChatService.start(engine, cache, data_dir, settings, Seed.shipped())

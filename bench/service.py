@@ -193,10 +193,12 @@ def main(argv: list[str] | None = None) -> None:
     staff = load_staff_answers()
     covered = {answer.group for answer in staff}
     reworded, novel = select(load_questions(), args.half, covered, args.questions, args.novel)
-    # One reply at a time on the model itself, so greedy baselines and replies share the same forward.
-    settings = ChatSettings(max_new_tokens=args.max_new_tokens, max_concurrent_replies=1, prompt_layout=args.layout,
-                            embedding_model=args.embedding_model, warm_prefixes=not args.cold,
-                            embedding_dtype=embedding_dtype_for(args.embedding_dtype))
+    # One reply at a time on the model itself, so greedy baselines and replies share the same forward; every
+    # question decoded and shown whole (the app's hand-off and checks are bench.answers').
+    settings = ChatSettings.decoding_only(
+        max_new_tokens=args.max_new_tokens, max_concurrent_replies=1, prompt_layout=args.layout,
+        embedding_model=args.embedding_model, warm_prefixes=not args.cold,
+        embedding_dtype=embedding_dtype_for(args.embedding_dtype))
     # The prefix cache holds what the start-up warm-up put there and nothing else whenever a decode starts: the
     # reply, its greedy rerun and plain greedy each prefill the rest of their own prompt.
     engine = in_passing_thread(lambda: app_engine(args.weights, 0 if args.cold else DEFAULT_PREFIX_CACHE_BYTES))

@@ -1,7 +1,8 @@
 """What shapes a chat turn, read once by the app and passed down."""
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
+from cache.embedder import DEFAULT_MODEL as DEFAULT_EMBEDDING_MODEL
 from cache.embedder import DTYPES as EMBEDDING_DTYPES
 from cache.embedder import MODEL_NAME as EMBEDDING_BUNDLED
 from cache.embedder import model_of
@@ -49,7 +50,8 @@ UNTUNED_MODEL = "all-mpnet-base-v2"  # whose thresholds a model without its own 
 
 @dataclass(frozen=True)
 class ChatSettings:
-    """Everything that shapes a turn. The forward and the step width are the engine's (decoding.Engine)."""
+    """Everything that shapes a turn. The defaults are the app's (app.Settings takes them from here), so
+    `ChatService.create()` answers as `make run` does. The forward and the step width are the engine's."""
 
     max_new_tokens: int = 256
     context_window: int = 2048  # prompt + reply tokens, at most the model's own limit
@@ -76,12 +78,12 @@ class ChatSettings:
     grounding_article_margin: float | None = None
     article_match_threshold: float | None = None
     article_match_margin: float | None = None
-    # The sentence embedding model: the bundled all-MiniLM-L6-v2 here (always installed, fast to seed: tests and
-    # the speed benchmark), a prepared model by name, or a folder. The app defaults to all-mpnet-base-v2.
-    embedding_model: str = EMBEDDING_BUNDLED
-    # What it computes in: "float32" here; the app asks "auto" (embedding_dtype_for), bfloat16 where the CPU
-    # multiplies bf16 natively (mpnet embeds a question in 24 ms instead of 60 on one AMD EPYC core).
-    embedding_dtype: str = "float32"
+    # The sentence embedding model: all-mpnet-base-v2 (prepared by `make`), the bundled all-MiniLM-L6-v2 (always
+    # installed, fast to seed: tests and the speed benchmark), or a folder.
+    embedding_model: str = DEFAULT_EMBEDDING_MODEL
+    # What it computes in: bfloat16 where the CPU multiplies bf16 natively (mpnet embeds a question in 24 ms
+    # instead of 60 on one AMD EPYC core), else float32.
+    embedding_dtype: str = field(default_factory=lambda: embedding_dtype_for("auto"))
     lexical_weight: float | None = None  # of BM25 in the fused score; None: the embedding model's tuned weight
     match_answers: bool = True  # an approved entry also scores by its answer's cosine where that is higher
     grounding_answers: int = 1
@@ -96,23 +98,22 @@ class ChatSettings:
     # holds a preallocated KV cache); more wait for a slot. transformers' forward decodes one reply at a time.
     max_concurrent_replies: int = 8
     # Prefill every help article's and approved answer's prompt beginning into the prefix cache while the model is
-    # idle (chatbot/warm.py): the app does; off here, so that tests and benchmarks start with the cache they ask.
-    warm_prefixes: bool = False
-    # A first question with no approved answer, no help article and no conversation: "answer" decodes it (here:
-    # tests and benchmarks measure decoding), "hand-off" (the app's) replies `handoff_message` without decoding.
+    # idle (chatbot/warm.py).
+    warm_prefixes: bool = True
+    # A first question with no approved answer, no help article and no conversation: "hand-off" replies
+    # `handoff_message` without decoding, "answer" decodes it.
     # The 135M model answers such a question as readily as one it knows, and mostly wrong: "Is my data
     # encrypted?" got "No, your data is not encrypted"; "what's your phone number", "123-Nimbus-D----N-B---".
     # Of the shipped questions, 34 of 42 wordings no approved answer covers are handed off, 3 of 177 covered
     # rewordings (both halves, all-mpnet-base-v2, either dtype: "Handed off" in docs/retrieval/report.md).
-    uncovered: str = "answer"
+    uncovered: str = "hand-off"
     handoff_message: str = DEFAULT_HANDOFF_MESSAGE
     # Does this source answer this question? An article or approved answer goes into the prompt only when its
     # words cover `source_coverage` of the question's distinctive ones (weighted by rarity in the help centre), it
     # names the products the question names and it does the action asked, not its opposite (chatbot/relevance.py).
     # On too: messages that try to change the instructions are declined, and questions that need a sum get the
-    # article's figures (staff's text) instead of the model's arithmetic. Off here (tests and benchmarks measure
-    # decoding); the app's default is on, as for `uncovered`.
-    check_sources: bool = False
+    # article's figures (staff's text) instead of the model's arithmetic.
+    check_sources: bool = True
     source_coverage: float = 0.4
     # ... or this share when retrieval found the source at least `source_close_score` close (a paraphrase).
     source_coverage_close: float = 0.25
@@ -120,8 +121,8 @@ class ChatSettings:
     # Is this reply supported? Each sentence is checked before it is shown: every number, price, link, menu path
     # and named control in a source, and `sentence_overlap` of its words the sources' words; the first that fails
     # ends the reply there (chatbot/support.py). "record" checks and records but cuts nothing (the evaluation's
-    # curve); "off" (here; the app's default is "cut") checks nothing.
-    check_replies: str = "off"
+    # curve); "off" checks nothing.
+    check_replies: str = "cut"
     sentence_overlap: float = 0.6
     sentence_pairs: float = 0.4  # ... and this share of its consecutive content-word pairs
 
@@ -157,6 +158,16 @@ class ChatSettings:
             raise ValueError("source_coverage, source_coverage_close and sentence_overlap are shares in [0, 1]")
         if self.grounding_answers < 0 or self.grounding_token_budget < 0:
             raise ValueError("grounding_answers and grounding_token_budget must not be negative")
+
+    @classmethod
+    def decoding_only(cls, **changes) -> "ChatSettings":
+        """The app's settings less what stands between a question and its decoded reply, for the tests and
+        benchmarks that measure decoding: every question decoded and shown whole (no hand-off, no checks), no
+        warm-up (the prefix cache holds what they put there), the bundled MiniLM in float32 (installed with the
+        package, fast to seed, the same vectors on every CPU); `changes` over them."""
+        bare = {"embedding_model": EMBEDDING_BUNDLED, "embedding_dtype": "float32", "uncovered": "answer",
+                "check_sources": False, "check_replies": "off", "warm_prefixes": False}
+        return cls(**(bare | changes))
 
     def for_embedder(self, name: str) -> "ChatSettings":
         """These settings with every threshold left None set to the one tuned for embedding model `name` (in

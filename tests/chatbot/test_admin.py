@@ -38,7 +38,8 @@ def embedder() -> Embedder:
 def chat(tmp_path: Path, embedder: Embedder, tiny_model):
     tokenizer = AutoTokenizer.from_pretrained(DEFAULT_MODEL_DIR, local_files_only=True)
     cache = AnswerCache.open(tmp_path, embed=embedder.embed, dim=embedder.dim)
-    yield ChatService(Engine.of(tiny_model, tokenizer, "tiny", step_width=None), cache, ChatSettings(), CURVE)
+    engine = Engine.of(tiny_model, tokenizer, "tiny", step_width=None)
+    yield ChatService(engine, cache, ChatSettings.decoding_only(), CURVE)
     cache.close()
 
 

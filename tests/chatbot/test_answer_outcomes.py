@@ -15,7 +15,7 @@ from tests.chatbot.test_service import CPU_CURVE, MODEL_ID
 
 pytestmark = pytest.mark.slow
 
-CHECKED = ChatSettings(max_new_tokens=48, check_sources=True, check_replies="cut", uncovered="hand-off")
+CHECKED = ChatSettings.decoding_only(max_new_tokens=48, check_sources=True, check_replies="cut", uncovered="hand-off")
 HELP_CENTRE = [*json.loads((DATA_DIR / "articles.json").read_text()).values(),
                *(json.loads(line)["answer"] for line in (DATA_DIR / "approved_answers.jsonl").read_text().splitlines())]
 STAFF_TEXT_LINES = " ".join(" ".join(text.split()) for text in HELP_CENTRE)

@@ -18,7 +18,7 @@ MODEL_ID = "SmolLM2-135M-Instruct"
 # A fixed cost curve (test_service.py's), so that copy decisions do not depend on the machine's load.
 CPU_CURVE = CostCurve(sizes=(1, 2, 4, 8, 16, 32, 64), seconds=(0.075, 0.110, 0.115, 0.120, 0.150, 0.190, 0.300))
 
-SETTINGS = ChatSettings(max_new_tokens=32)
+SETTINGS = ChatSettings.decoding_only(max_new_tokens=32)
 WAIT_S = 300.0  # five 32-token replies take seconds; this only bounds a broken scheduler
 
 

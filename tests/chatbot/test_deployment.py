@@ -28,7 +28,8 @@ def tokenizer():
 
 def test_step_width_zero_on_a_packable_model_says_transformers_in_every_reply(tmp_path: Path, tokenizer):
     engine = build_engine(make_tiny_llama(vocab_size=len(tokenizer)), tokenizer, "tiny", ONE_TOKEN)
-    service = ChatService.open(engine, tmp_path, settings=ChatSettings(max_new_tokens=8), seed=Seed(), cost=CURVE)
+    service = ChatService.open(engine, tmp_path, settings=ChatSettings.decoding_only(max_new_tokens=8), seed=Seed(),
+                               cost=CURVE)
     reply = service.ask("How do I reset my password?")
     assert reply.stats.forward == "transformers" and reply.stats.step_width is None
     assert service.forward_name == "transformers"
@@ -54,7 +55,7 @@ def test_the_dashboard_shows_the_deployments_width(tmp_path: Path, monkeypatch, 
     cache = open_cache(tmp_path, None, max_entries=100, embedding_model=EMBEDDING_BUNDLED)
     engine = build_engine(make_tiny_llama(vocab_size=len(tokenizer)), tokenizer, "tiny", AUTO,
                           deployment.shared_width_chooser(cache, tmp_path / "curves.json", "tiny"))
-    service = ChatService.start(engine, cache, tmp_path, ChatSettings(max_new_tokens=8), Seed(), CURVE)
+    service = ChatService.start(engine, cache, tmp_path, ChatSettings.decoding_only(max_new_tokens=8), Seed(), CURVE)
 
     accounts = Accounts(StaffStore.open(tmp_path), PasswordHasher(time_cost=1, memory_cost=1024, parallelism=1))
     accounts.add("ada", "agent", "agent-password", actor="test")
@@ -83,7 +84,7 @@ def test_a_reply_names_its_weight_format_and_verifies_in_it_after_the_format_cha
     """Replies made in int4 stay verifiable on a restart in dense weights: Verify packs the model in the reply's
     format (their last bits differ between formats, so another format's greedy would not be a fair check)."""
     model = make_tiny_llama(vocab_size=len(tokenizer), seed=2).to(torch.bfloat16)
-    settings = ChatSettings(max_new_tokens=12)
+    settings = ChatSettings.decoding_only(max_new_tokens=12)
     replies = []
     for weights in ("int4", "dense"):
         engine = build_engine(model, tokenizer, "tiny", StepWidth.parse(4), weights=weights)
@@ -98,7 +99,7 @@ def test_a_reply_prefilled_in_its_own_int_format_verifies_after_prefills_went_de
     """Replies from before prefills ran dense (stats without prefill_weights) were prefilled in int4: Verify
     packs that combination for them, and the current one for new replies."""
     model = make_tiny_llama(vocab_size=len(tokenizer), seed=3).to(torch.bfloat16)
-    settings = ChatSettings(max_new_tokens=12)
+    settings = ChatSettings.decoding_only(max_new_tokens=12)
     older = Engine.of(PackedLlama(model, weights="int4", prefill_weights="int4"), tokenizer, "tiny", 4)
     service = ChatService.open(older, tmp_path, settings=settings, seed=Seed(), cost=CURVE)
     before = service.ask("How do I reset my password?")
@@ -119,7 +120,7 @@ def test_a_reply_that_attended_through_sdpa_verifies_after_steps_moved_to_the_la
     if lane_kernel_refusal() is not None:
         pytest.skip(lane_kernel_refusal())
     model = make_tiny_llama(vocab_size=len(tokenizer), seed=3).to(torch.bfloat16)
-    settings = ChatSettings(max_new_tokens=12)
+    settings = ChatSettings.decoding_only(max_new_tokens=12)
     older = Engine.of(PackedLlama(model, weights="int4", lane_kernel=False), tokenizer, "tiny", 4)
     service = ChatService.open(older, tmp_path, settings=settings, seed=Seed(), cost=CURVE)
     before = service.ask("How do I reset my password?")
@@ -141,7 +142,7 @@ def test_a_reply_prefilled_through_sdpa_verifies_after_prompts_moved_to_the_lane
     if lane_kernel_refusal() is not None:
         pytest.skip(lane_kernel_refusal())
     model = make_tiny_llama(vocab_size=len(tokenizer), seed=3).to(torch.bfloat16)
-    settings = ChatSettings(max_new_tokens=12)
+    settings = ChatSettings.decoding_only(max_new_tokens=12)
     older = Engine.of(PackedLlama(model, weights="int4", prefill_attention="sdpa"), tokenizer, "tiny", 4)
     service = ChatService.open(older, tmp_path, settings=settings, seed=Seed(), cost=CURVE)
     before = service.ask("How do I reset my password?")
@@ -162,7 +163,7 @@ def test_prompts_that_begin_alike_reuse_their_chunks_and_reply_as_computed_whole
     """The second customer's prompt starts with the first's system prompt: its chunks come from the prefix cache,
     the reply says so, Verify agrees, and a service whose cache is empty gives the very same reply."""
     model = make_tiny_llama(vocab_size=len(tokenizer), seed=5).to(torch.bfloat16)
-    settings = ChatSettings(max_new_tokens=12)
+    settings = ChatSettings.decoding_only(max_new_tokens=12)
     service = ChatService.open(Engine.of(PackedLlama(model), tokenizer, "tiny", 4), tmp_path / "a", settings=settings,
                                seed=Seed(), cost=CURVE)
     first = service.ask("How do I reset my password?")

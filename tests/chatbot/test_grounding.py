@@ -48,7 +48,7 @@ def open_service(tmp_path: Path, tokenizer, model, embedder, **settings) -> Chat
     seed = Seed(articles={}, answers=[StaffAnswer("forgot-password", QUESTION, APPROVED, "reset-password")])
     service = ChatService.open(
         Engine.of(model, tokenizer, "tiny", step_width=None), tmp_path,
-        settings=ChatSettings(max_new_tokens=8, **settings), seed=seed, cost=CURVE,
+        settings=ChatSettings.decoding_only(max_new_tokens=8, **settings), seed=seed, cost=CURVE,
     )
     # Seeding articles is what marks an install as set up; with none, add one so a reopen does not reseed.
     service.cache.upsert_article("other", "Printing", "Printing is not supported.")
@@ -291,7 +291,7 @@ def test_a_question_clearly_matching_an_approved_answer_gets_that_answers_articl
                 "decoy": "Password reset\nHow to reset a forgotten password and get back into the account."}
     seed = Seed(articles=articles, answers=[StaffAnswer("forgot-password", QUESTION, APPROVED, "reset-password")])
     service = ChatService.open(Engine.of(model, tokenizer, "tiny", step_width=None), tmp_path,
-                               settings=ChatSettings(max_new_tokens=8), seed=seed, cost=CURVE)
+                               settings=ChatSettings.decoding_only(max_new_tokens=8), seed=seed, cost=CURVE)
     try:
         assert service.cache.best_article(REWORDED, threshold=0.0).id == "decoy"
         reply = service.ask(REWORDED)

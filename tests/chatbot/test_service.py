@@ -18,7 +18,7 @@ from decoding import CostCurve, Engine, StepWidth, build_engine, greedy_generate
 pytestmark = pytest.mark.slow
 
 MODEL_ID = "SmolLM2-135M-Instruct"
-SETTINGS = ChatSettings(max_new_tokens=32)
+SETTINGS = ChatSettings.decoding_only(max_new_tokens=32)
 # The shape measured for this model on 2 CPU threads; fixed so that copy decisions do not depend on load.
 CPU_CURVE = CostCurve(sizes=(1, 2, 4, 8, 16, 32, 64), seconds=(0.075, 0.110, 0.115, 0.120, 0.150, 0.190, 0.300))
 

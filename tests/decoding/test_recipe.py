@@ -71,7 +71,7 @@ def test_verify_rebuilds_a_reply_s_engine_from_its_stored_recipe_alone(tmp_path:
     verified by a service whose engine runs another (4-wide, dense prefills): Verify reads the reply's recipe from
     its stored stats, rebuilds that forward and step shape, and gets the reply's tokens back bit for bit."""
     model = make_tiny_llama(vocab_size=len(tokenizer), seed=3).to(torch.bfloat16)
-    settings, curve = ChatSettings(max_new_tokens=16), CostCurve(sizes=(1, 2), seconds=(0.1, 0.1))
+    settings, curve = ChatSettings.decoding_only(max_new_tokens=16), CostCurve(sizes=(1, 2), seconds=(0.1, 0.1))
     engine = build_engine(model, tokenizer, "tiny", StepWidth.parse(4), weights="int4")
     older = engine.rebuilt(replace(engine.recipe, prefill_weights="int4", prefill_attention="sdpa", step_width=2,
                                    padded_steps=True))
