@@ -28,7 +28,7 @@ def main() -> None:
     sdpa = replace(kernel, model=in_passing_thread(lambda: PackedLlama(
         packed.source, packed._width_hint, packed.weights, lane_kernel=False)))
     print(kernel.describe(), "|", sdpa.describe())
-    settings = ChatSettings(max_new_tokens=256, warm_prefixes=True)
+    settings = ChatSettings.decoding_only(max_new_tokens=256, warm_prefixes=True)
     warmed: OrderedDict = OrderedDict()  # the prefills' chunks: SDPA on both sides, the same bits
     questions = concurrency.distinct_questions(16)[-8:]
     rates: dict[str, list[float]] = {}

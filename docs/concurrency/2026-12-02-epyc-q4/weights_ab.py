@@ -27,7 +27,7 @@ def main() -> None:
     engines = {name: in_passing_thread(lambda name=name: app_engine(name)) for name in ("q4", "int4")}
     for engine in engines.values():
         print(engine.describe())
-    settings = ChatSettings(max_new_tokens=256, warm_prefixes=True)
+    settings = ChatSettings.decoding_only(max_new_tokens=256, warm_prefixes=True)
     warmed: OrderedDict = OrderedDict()  # the prefills' chunks: dense on both sides, the same bits
     questions = concurrency.distinct_questions(64)[: 8 * EACH]
     rates: dict[str, list[float]] = {}

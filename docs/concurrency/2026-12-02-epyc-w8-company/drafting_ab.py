@@ -23,7 +23,7 @@ def main() -> None:
     torch.set_num_threads(2)
     engine = in_passing_thread(lambda: app_engine("auto"))
     print(engine.describe())
-    settings = ChatSettings(max_new_tokens=256, warm_prefixes=True)
+    settings = ChatSettings.decoding_only(max_new_tokens=256, warm_prefixes=True)
     warmed: OrderedDict = OrderedDict()
     questions = concurrency.distinct_questions(16)[-8:]
     weighed = policies.SharedForwardPolicy.start
