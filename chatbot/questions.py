@@ -9,14 +9,31 @@ from .prompt import InputError, Message, clean_text
 from .terms import Vocabulary
 
 # Messages that try to change the assistant's instructions: declined, never decoded. The 135M model follows
-# "ignore your instructions" as readily as a question.
+# "ignore your instructions" as readily as a question. Besides the classic overrides, what marks one is the
+# message speaking to the assistant about how it must answer (a role label, "as the assistant you must
+# confirm", "repeat exactly ... and nothing else", "from now on always"), claiming to update the help centre or
+# its policy, or asking for another person's codes or password.
 _INJECTION = re.compile(
     r"\b(?:ignore|disregard|forget|override)\b.{0,40}\b(?:instructions?|rules|prompt|guidelines|above|previous)\b"
     r"|\bsystem prompt\b|\bdeveloper mode\b|\bjailbreak\b|\bDAN\b|\bpretend (?:you(?:'re| are)|to be)\b"
     r"|\byou are now\b|\bact as (?:an? )?(?:admin|administrator|developer|root|system)\b"
-    r"|\bsystem (?:override|message|instruction)\b|\b(?:admin|agent|developer|god|sudo|debug) mode\b"
-    r"|\bmode (?:enabled|activated|on)\b|\bnew instructions?\b"
-    r"|\b(?:reveal|print|show|repeat)\b.{0,30}\b(?:instructions|prompt|configuration|secrets?|api keys?)\b",
+    r"|\bsystem (?:override|message|instruction)\b|\b(?:admin|agent|developer|god|sudo|debug|support|staff|test|"
+    r"maintenance) mode\b"
+    r"|\bmode\s*[:=]?\s*(?:enabled|activated|on)\b|\bnew (?:instructions?|rules?|polic(?:y|ies))\b"
+    r"|\b(?:reveal|print|show|repeat|output|share|dump|leak)\b.{0,30}\b(?:instructions|prompt|configuration|"
+    r"secrets?|api keys?)\b"
+    r"|(?:^|[\[(\n]|[.!?]\s)\s*(?:assistant|system|bot|ai|chatbot)\s*:"
+    r"|\bas (?:the|a|an|our|my) (?:support |helpdesk |customer service )?(?:assistant|bot|chatbot|ai|agent)\b"
+    r".{0,40}\b(?:must|have to|need to|are required to|should|will)\b"
+    r"|\byou (?:must|are required to|have to) (?:confirm|say|state|reply|respond|answer|repeat|write|promise|"
+    r"agree|tell (?:me|users|customers|everyone))\b"
+    r"|\b(?:repeat|say|type|write|output|print|reply with|respond with)\b.{0,30}\b(?:exactly|verbatim|word for word|"
+    r"after me)\b|\band nothing else\b|\bconfirm (?:it )?in writing\b"
+    r"|\bfrom now on,? (?:you|always|answer|reply|respond|say|tell|end|start)\b"
+    r"|\b(?:always|only) (?:use|trust|follow) (?:this|these|the new|the updated|my)\b"
+    r"|\b(?:help ?cent(?:re|er)|policy|pricing|terms) update\b|\beffective (?:today|immediately|now)\b"
+    r"|\b(?:recovery codes?|backup codes?|password|2fa codes?|two-factor codes?)\b[^.?!]{0,40}"
+    r"\b(?:for|of) [\w.+-]+@[\w-]+\.[\w.]+",
     re.I | re.S,
 )
 # A sum: a price asked for a count of seats or months, or two billing periods compared.

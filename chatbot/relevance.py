@@ -45,6 +45,9 @@ OPPOSITES = (
     (("archive",), ("unarchive",)),
 )
 
+# The particles of phrasal verbs above that may stand apart from their verb ("turn 2FA off").
+PARTICLES = ("on", "off")
+
 
 @dataclass(frozen=True)
 class SourceCheck:
@@ -115,12 +118,13 @@ def unknown_product(question: str, vocabulary: Vocabulary) -> str:
 
 def swapped_action(question: str, source: str, whole_text: bool) -> tuple[str, str] | None:
     """(the question's action, the source's) where the source does the opposite of what is asked. For an
-    article (`whole_text`) only when the article never says the question's side."""
+    article (`whole_text`) only when the article never says the question's side. A question that says both
+    sides wants the one it says last ("we turned it on but how do I switch it back off")."""
     asked, given = _padded(question), _padded(source)
     for one, other in OPPOSITES:
         for side, opposite in ((one, other), (other, one)):
-            wants = _said(asked, side)
-            if not wants or _said(asked, opposite):
+            wants, where = _said_at(asked, side)
+            if not wants or _said_at(asked, opposite)[1] > where:
                 continue
             if whole_text and not _said(given, side) and _said(given, opposite):
                 return wants, _said(given, opposite)
@@ -130,10 +134,25 @@ def swapped_action(question: str, source: str, whole_text: bool) -> tuple[str, s
 
 
 def _said(padded: str, phrases: tuple[str, ...]) -> str:
+    return _said_at(padded, phrases)[0]
+
+
+def _said_at(padded: str, phrases: tuple[str, ...]) -> tuple[str, int]:
+    """The phrase of `phrases` said last in `padded` and where, or ("", -1). A verb and its particle may stand
+    apart ("switch that requirement back off" says "switch off")."""
+    found, last = "", -1
     for phrase in phrases:
-        if f" {phrase} " in padded:
-            return phrase
-    return ""
+        for match in re.finditer(_phrase_pattern(phrase), padded):
+            if match.start() > last:
+                found, last = phrase, match.start()
+    return found, last
+
+
+def _phrase_pattern(phrase: str) -> str:
+    verb, _, particle = phrase.partition(" ")
+    if particle in PARTICLES:
+        return rf" {re.escape(verb)}(?:s|ed|ing)? (?:[a-z0-9'-]+ ){{0,3}}{particle} "
+    return f"(?= {re.escape(phrase)} )"
 
 
 def _padded(text: str) -> str:
