@@ -38,11 +38,16 @@ _INJECTION = re.compile(
 )
 # A sum: a price asked for a count of seats or months, or two billing periods compared.
 # ... asked as an amount: "I pay by card for 25 seats" asks no sum.
-_PRICE = re.compile(r"\b(?:cost|costs|price|prices|how much|total|spend|save|saving|savings|cheaper|expensive|"
+_PRICE = re.compile(r"\b(?:cost|costs|price|prices|how much|total|spend|save|saving|savings|cheaper|expensive|bill|"
                     r"come to|comes to|altogether|all together|in total)\b", re.I)
 _COUNT = re.compile(r"\b(?:\d+|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|fifteen|twenty|dozen)\s+"
-                    r"(?:people|persons|users|seats|members|employees|staff|colleagues|licen[cs]es|months|years|"
+                    r"(?:people|persons?|users|seats|members|employees|staff|colleagues|licen[cs]es|months|years|"
                     r"of us|accounts)\b", re.I)
+# ... or an add-on priced on top of a plan ("if I add the extra storage, what's my monthly total?").
+_ADDED = re.compile(r"\b(?:add|adding|added|add-on|extra|on top of|plus)\b.*"
+                    r"\b(?:total|how much|costs?|come to|comes to|altogether|all together)\b"
+                    r"|\b(?:total|how much|costs?)\b.*\b(?:add|adding|add-on|extra|plus)\b",
+                    re.I | re.S)
 _COMPARE = re.compile(r"\b(?:difference|compared?|versus|vs\.?|instead of|rather than|than)\b", re.I)
 # A message that reads as the continuation of the one before it: retrieved together with it (chatbot/turn.py).
 _FOLLOW_UP = re.compile(r"^\s*(?:and|ok(?:ay)?|so|but|also|then|what about|how about|same|and if|if so|what if)\b"
@@ -59,7 +64,7 @@ def needs_sum(question: str) -> bool:
     which the 135M model gets wrong: the reply gives the figures instead."""
     if not _PRICE.search(question):
         return False
-    return bool(_COUNT.search(question) or _COMPARE.search(question))
+    return bool(_COUNT.search(question) or _COMPARE.search(question) or _ADDED.search(question))
 
 
 def reads_as_follow_up(message: str) -> bool:

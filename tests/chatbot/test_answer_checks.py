@@ -79,7 +79,8 @@ def test_an_action_and_its_particle_may_stand_apart_and_the_last_one_said_is_wan
     assert swapped_action("how do I turn 2fa off", turn_on, whole_text=False) == ("turn off", "turn on")
     asked = "we turned on the require 2fa thing but how do i switch that requirement back off"
     assert swapped_action(asked, turn_on, whole_text=False) == ("switch off", "turn on")
-    assert swapped_action("I turned 2fa on yesterday, where do I see my recovery codes", turn_on, whole_text=False) is None
+    asked = "I turned 2fa on yesterday, where do I see my recovery codes"
+    assert swapped_action(asked, turn_on, whole_text=False) is None
 
 
 def test_declined_and_sums():
@@ -101,6 +102,9 @@ def test_declined_and_sums():
     assert not needs_sum("im in college and money's tight, any cheaper deal for students?")
     assert needs_sum("5 of us want the team plan paid yearly. what does that come to all together?")
     assert not needs_sum("we're 25 seats on team, billed yearly. can we pay by bank transfer?")
+    assert needs_sum("on Personal, if I add the extra 1 TB what's my monthly total?")
+    assert needs_sum("thinking of team for our 6 person office, what would the bill be?")
+    assert not needs_sum("how do I add my VAT number to the bill?")
 
 
 def test_follow_ups_are_told_from_new_questions():
