@@ -45,6 +45,10 @@ DEPARTED_NOTICE = ("Only {share:.0%} of this reply follows the answer our suppor
 # answer it alone, without an approved answer. On the tuning part of bench.answers' set every article that answered
 # alone had one at 0.46 or more; the wrong article for "send holiday photos to my grandma" (file requests) 0.36.
 ARTICLE_SENTENCE_CLOSE = 0.45
+# The same for an approved answer, looser because staff wrote it for a question: on the three seen sets of
+# bench.answers no answer that was right had its closest sentence below 0.40 ("a gift for my mum?" beside the
+# student discount: 0.31; "a password on a folder in my own drive" beside link passwords: 0.37).
+ANSWER_SENTENCE_CLOSE = 0.40
 
 # How much closer in meaning a sentence of an approved answer's article outside the answer must be to the question
 # than the answer's own sentences for the answer not to ground: 2 of 9 grounded neighbours on the tuning part of
@@ -236,19 +240,19 @@ class TurnPlanner:
         choice = replace(choice, grounding=[h for h in choice.grounding if h.id in kept],
                          references=[h for h in choice.references if h.id in kept])
         if article is not None and not kept:
-            far = self.far_from(asked, article)
+            far = self.far_from(asked, article.body, ARTICLE_SENTENCE_CLOSE)
             if far:
-                article, article_rejects = None, [*article_rejects, far]
+                article, article_rejects = None, [*article_rejects, f"article {article.id!r} {far}"]
         return Grounds(article, choice, asked, (*article_rejects, *answer_rejects))
 
-    def far_from(self, asked: str, article: ArticlePick) -> str:
-        """Why an article that would answer alone does not, or "": none of its sentences is ARTICLE_SENTENCE_CLOSE
-        to the question in meaning, though its words are ("scan uploads for viruses?" and the upload limits)."""
-        units = text_sentences(article.body)
+    def far_from(self, asked: str, text: str, close: float) -> str:
+        """Why a source whose words the question shares does not answer it, or "": none of its sentences is
+        `close` to the question in meaning ("scan uploads for viruses?" and the upload limits)."""
+        units = text_sentences(text)
         closest = max(self.cache.similarities(asked, units), default=0.0) if units else 0.0
-        if closest >= ARTICLE_SENTENCE_CLOSE:
+        if closest >= close:
             return ""
-        return f"article {article.id!r} has no sentence close to the question ({closest:.2f})"
+        return f"has no sentence close to the question ({closest:.2f})"
 
     def answering_article(
         self, asked: str, matches: list[Hit], *candidates: ArticlePick | None
@@ -271,7 +275,8 @@ class TurnPlanner:
         kept, rejected = set(), []
         for hit in matched:
             verdict = check_source(asked, hit.answer, vocabulary, least, hit.score, source_question=hit.question)
-            elsewhere = self.asks_beyond(asked, hit) if verdict.answers else ""
+            elsewhere = (self.far_from(asked, hit.answer, ANSWER_SENTENCE_CLOSE)
+                         or self.asks_beyond(asked, hit)) if verdict.answers else ""
             if verdict.answers and not elsewhere:
                 kept.add(hit.id)
             else:
