@@ -29,6 +29,7 @@ _FIGURE = re.compile(r"(\$?\d[\d,]*(?:\.\d+)?)\s?(%|gb|tb|mb|kb|days?|hours?|min
                      r"seats?|devices?|characters?|members?|business days?)\b", re.I)
 # A sentence that answers yes or no states what no overlap of words can check: it must be a source's own sentence.
 _YES_NO = re.compile(r"^(?:yes|no|yeah|nope|unfortunately|sure)\b", re.I)
+_YES = re.compile(r"^\W*(?:yes|yeah|yep|sure|of course|absolutely)\b", re.I)
 
 
 @dataclass(frozen=True)
@@ -180,6 +181,7 @@ class CheckedSentence:
     overlap: float
     reason: str  # why it is not supported; "" when it is
     pairs: float = 1.0
+    says_yes: bool = False  # it opens with "Yes": read with `reason`, a yes no source gives
 
 
 class ReplyCheck:
@@ -203,7 +205,7 @@ class ReplyCheck:
                 continue
             verdict = check_sentence(sentence.text(text), self.sources, self.min_overlap, self.min_pairs)
             self.checked.append(CheckedSentence(sentence.end, round(verdict.overlap, 3), verdict.reason,
-                                                round(verdict.pairs, 3)))
+                                                round(verdict.pairs, 3), bool(_YES.match(sentence.text(text)))))
             if self.failed is None and not verdict.supported:
                 self.failed = self.checked[-1]
             if self.cut:

@@ -6,9 +6,20 @@ import json
 
 import pytest
 
+from cache.records import HANDED_OFF, STAFF_TEXT
 from chatbot.questions import declined, needs_sum, reads_as_follow_up
 from chatbot.relevance import Coverage, check_source, swapped_action
-from chatbot.support import ReplyCheck, Sources, best_passage, check_sentence, priced_passage, sentences, text_sentences
+from chatbot.shown import shown_after_check
+from chatbot.support import (
+    Passage,
+    ReplyCheck,
+    Sources,
+    best_passage,
+    check_sentence,
+    priced_passage,
+    sentences,
+    text_sentences,
+)
 from chatbot.terms import Vocabulary, words
 from data import DATA_DIR, load_eval_questions
 
@@ -147,6 +158,18 @@ def test_record_mode_checks_every_sentence_and_cuts_nothing():
     check = ReplyCheck(Sources([ARTICLES["upload-limits"]]), 0.6, enforce=False)
     assert check.feed(reply, final=True) == len(reply.rstrip()) and not check.cut
     assert [bool(s.reason) for s in check.checked] == [False, True]
+
+
+def test_a_reply_that_opens_with_a_yes_no_source_gives_is_handed_off_not_given_a_passage():
+    passage = Passage("article:mobile-app", "Get the Nimbus Drive mobile app", "The app is free on every plan.")
+    sources = Sources([ARTICLES["mobile-app"]])
+    for reply, outcome in (("Yes, there is an app for Apple Watch. ", HANDED_OFF),
+                           ("No, the watch is not supported. ", STAFF_TEXT)):
+        check = ReplyCheck(sources, 0.6)
+        check.feed(reply, final=True)
+        shown = shown_after_check(reply, check, passage, "Please contact our support team.")
+        assert check.cut and shown.outcome == outcome and shown.model_text == ""
+        assert ("a yes no source gives" in shown.reason) == (outcome == HANDED_OFF)
 
 
 def test_the_passage_for_a_sum_holds_its_figures():
