@@ -80,7 +80,10 @@ def check_source(question: str, source: str, vocabulary: Vocabulary, least: Cove
     product = unknown_product(question, vocabulary)
     if product:
         return SourceCheck(False, coverage, f"names {product}, which the help centre never does")
-    swapped = swapped_action(question, source_question or source, whole_text=not source_question)
+    # An approved answer's question names its action; where it names none ("How do I back up my phone's
+    # photos?"), its steps do ("tap Camera uploads and turn it on"), read as an article's text is.
+    swapped = (swapped_action(question, source_question, whole_text=False) if source_question else None) \
+        or swapped_action(question, source, whole_text=True)
     if swapped:
         return SourceCheck(False, coverage, f"asks to {swapped[0]}, the source is about {swapped[1]}")
     if not least.enough(coverage, score):
@@ -156,4 +159,4 @@ def _phrase_pattern(phrase: str) -> str:
 
 
 def _padded(text: str) -> str:
-    return " " + re.sub(r"[^a-z0-9.']+", " ", text.lower().replace("’", "'")).replace(". ", " ") + " "
+    return (" " + re.sub(r"[^a-z0-9.']+", " ", text.lower().replace("’", "'")) + " ").replace(". ", " ")
