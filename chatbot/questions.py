@@ -37,8 +37,8 @@ _INJECTION = re.compile(
     re.I | re.S,
 )
 # A sum: a price asked for a count of seats or months, or two billing periods compared.
-# ... asked as an amount: "I pay by card for 25 seats" asks no sum.
-_PRICE = re.compile(r"\b(?:cost|costs|price|prices|how much|total|spend|save|saving|savings|cheaper|expensive|bill|"
+# ... asked as an amount: "I pay by card for 25 seats" asks no sum, nor "saving every file by hand".
+_PRICE = re.compile(r"\b(?:cost|costs|price|prices|how much|total|spend|savings|cheaper|expensive|bill|"
                     r"come to|comes to|altogether|all together|in total)\b", re.I)
 _COUNT = re.compile(r"\b(?:\d+|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|fifteen|twenty|dozen)\s+"
                     r"(?:people|persons?|users|seats|members|employees|staff|colleagues|licen[cs]es|months|years|"

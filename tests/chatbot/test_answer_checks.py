@@ -126,6 +126,7 @@ def test_declined_and_sums():
     assert needs_sum("on Personal, if I add the extra 1 TB what's my monthly total?")
     assert needs_sum("thinking of team for our 6 person office, what would the bill be?")
     assert not needs_sum("how do I add my VAT number to the bill?")
+    assert not needs_sum("any way to have attachments land in a folder instead of saving every one by hand?")
 
 
 def test_follow_ups_are_told_from_new_questions():
