@@ -29,6 +29,10 @@ _FIGURE = re.compile(r"(\$?\d[\d,]*(?:\.\d+)?)\s?(%|gb|tb|mb|kb|days?|hours?|min
                      r"seats?|devices?|characters?|members?|business days?)\b", re.I)
 # A sentence that answers yes or no states what no overlap of words can check: it must be a source's own sentence.
 _YES_NO = re.compile(r"^(?:yes|no|yeah|nope|unfortunately|sure)\b", re.I)
+# Words for the list check (`dropped_name`): a sentence of at least _LIST_COPY_WORDS that copies a source sentence
+# but for up to _LIST_DROP_WORDS of its names.
+_TOKEN = re.compile(r"[A-Za-z0-9$][\w$'-]*")
+_LIST_COPY_WORDS, _LIST_DROP_WORDS = 5, 4
 _YES = re.compile(r"^\W*(?:yes|yeah|yep|sure|of course|absolutely)\b", re.I)
 
 
@@ -73,6 +77,7 @@ class Sources:
         self.pairs = stem_pairs(joined) | stem_pairs(echo)
         plain = "\n".join(_LIST_MARK.sub("", line) for line in joined.splitlines())  # "1." is not a fact
         self.numbers = {_plain_number(n) for n in _NUMBER.findall(plain)}
+        self.sentences = [_TOKEN.findall(unit) for unit in text_sentences(plain)]
 
     def holds(self, phrase: str) -> bool:
         return " ".join(phrase.lower().split()) in self.lower
@@ -92,6 +97,9 @@ def check_sentence(sentence: str, sources: Sources, min_overlap: float, min_pair
     paired = sum(1 for pair in pairs if pair in sources.pairs) / len(pairs) if pairs else 1.0
     if missing:
         return SentenceCheck(False, overlap, f"{missing!r} is in no source", paired)
+    dropped = dropped_name(body, sources)
+    if dropped:
+        return SentenceCheck(False, overlap, f"leaves {dropped!r} out of its source's list", paired)
     if overlap < min_overlap:
         return SentenceCheck(False, overlap, f"{overlap:.0%} of its words are in the sources", paired)
     if paired < min_pairs:
@@ -118,6 +126,28 @@ def unsupported_fact(sentence: str, sources: Sources) -> str:
     for number, unit in _FIGURE.findall(sentence):
         if not (sources.holds(f"{number} {unit}") or sources.holds(f"{number}{unit}")):
             return f"{number} {unit}"
+    return ""
+
+
+def dropped_name(sentence: str, sources: Sources) -> str:
+    """A name (a capitalised word) that `sentence` leaves out of a source sentence it otherwise copies word for
+    word, or "": "available on Team and Enterprise plans" where the source says "Personal, Team and Enterprise"
+    states every word the source does and says something else."""
+    said = [token.lower() for token in _TOKEN.findall(sentence)]
+    if len(said) < _LIST_COPY_WORDS:
+        return ""
+    for source in sources.sentences:
+        if not 0 < len(source) - len(said) <= _LIST_DROP_WORDS:
+            continue
+        left, at = [], 0
+        for index, token in enumerate(source):
+            if at < len(said) and token.lower() == said[at]:
+                at += 1
+            else:
+                left.append(token if index else token.lower())  # a sentence's first word is no name
+        names = [token for token in left if token[0].isupper()]
+        if at == len(said) and names and all(token[0].isupper() or token in ("and", "or") for token in left):
+            return names[0]
     return ""
 
 

@@ -164,6 +164,16 @@ def test_a_reply_is_held_back_until_its_sentence_is_checked_and_never_withdrawn(
     assert "99" in check.failed.reason
 
 
+def test_a_sentence_that_copies_a_source_but_leaves_a_name_out_of_its_list_is_not_supported():
+    sources = Sources(["Password-protected and expiring links are available on Personal, Team and Enterprise plans."])
+    dropped = check_sentence("Password-protected and expiring links are available on Team and Enterprise plans.",
+                             sources, 0.6)
+    assert not dropped.supported and "Personal" in dropped.reason
+    for kept in ("Password-protected and expiring links are available on Personal, Team and Enterprise plans.",
+                 "Expiring links are available on Personal, Team and Enterprise plans."):  # a first word is no name
+        assert check_sentence(kept, sources, 0.6).supported
+
+
 def test_record_mode_checks_every_sentence_and_cuts_nothing():
     reply = "The largest file on Personal is 50 GB. It is 99 GB on Team. "
     check = ReplyCheck(Sources([ARTICLES["upload-limits"]]), 0.6, enforce=False)
