@@ -23,6 +23,7 @@ _MENU = re.compile(r"\b[A-Z][\w ]*?(?: > [A-Z][\w ]*?)+(?=[.,;:)\s]|$)")
 # The control a step tells the customer to use: "Click Set expiry date" names a button the source must name.
 _CONTROL = re.compile(r"\b(?:click|tap|select|choose|press|turn on|turn off|open)(?:ing)?\s+(?:the\s+)?[\"“']?"
                       r"((?:[A-Z][\w'?]*)(?:\s+[\w'?]+){0,3})")
+_CAPITALS = re.compile(r"\b[A-Z][A-Z0-9]+\b")  # an acronym or a code: the sources' own, or the customer's
 _QUOTED = re.compile(r"[\"“]([^\"”\n]{2,60})[\"”]")
 # A figure with its unit ("10 GB", "1 month", "$8 per month"): the pair must be in a source, not just the number.
 _FIGURE = re.compile(r"(\$?\d[\d,]*(?:\.\d+)?)\s?(%|gb|tb|mb|kb|days?|hours?|minutes?|months?|years?|weeks?|users?|"
@@ -74,6 +75,7 @@ class Sources:
         joined = "\n".join(texts)
         self.lower = " ".join(joined.lower().split())
         self.stems = stems(joined) | stems(echo)
+        self.words = set(re.findall(r"[a-z0-9]+", f"{joined}\n{echo}".lower()))
         self.pairs = stem_pairs(joined) | stem_pairs(echo)
         plain = "\n".join(_LIST_MARK.sub("", line) for line in joined.splitlines())  # "1." is not a fact
         self.numbers = {_plain_number(n) for n in _NUMBER.findall(plain)}
@@ -108,7 +110,8 @@ def check_sentence(sentence: str, sources: Sources, min_overlap: float, min_pair
 
 
 def unsupported_fact(sentence: str, sources: Sources) -> str:
-    """The first number, URL, e-mail address, menu path or named control of `sentence` that no source holds."""
+    """The first number, URL, e-mail address, menu path, named control or word in capitals ("VAT ID" written
+    "VATID") of `sentence` that no source holds."""
     for number in _NUMBER.findall(sentence):
         if _plain_number(number) not in sources.numbers:
             return number
@@ -126,6 +129,9 @@ def unsupported_fact(sentence: str, sources: Sources) -> str:
     for number, unit in _FIGURE.findall(sentence):
         if not (sources.holds(f"{number} {unit}") or sources.holds(f"{number}{unit}")):
             return f"{number} {unit}"
+    for capitals in _CAPITALS.findall(sentence):
+        if capitals.lower() not in sources.words:
+            return capitals
     return ""
 
 

@@ -164,6 +164,14 @@ def test_a_reply_is_held_back_until_its_sentence_is_checked_and_never_withdrawn(
     assert "99" in check.failed.reason
 
 
+def test_a_word_in_capitals_must_be_a_source_s_or_the_customer_s():
+    sources = Sources(["Enter your company name, postal address or VAT ID. Invoice numbers start with NMB-."],
+                      echo="do you sign a HIPAA agreement?")
+    assert not check_sentence("Enter your company name, postal address or VATID.", sources, 0.6).supported
+    assert check_sentence("Enter your VAT ID; invoice numbers start with NMB.", sources, 0.6).supported
+    assert check_sentence("A HIPAA agreement is something to ask our support team about.", sources, 0.0).supported
+
+
 def test_a_sentence_that_copies_a_source_but_leaves_a_name_out_of_its_list_is_not_supported():
     sources = Sources(["Password-protected and expiring links are available on Personal, Team and Enterprise plans."])
     dropped = check_sentence("Password-protected and expiring links are available on Team and Enterprise plans.",
