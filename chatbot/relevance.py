@@ -47,6 +47,9 @@ OPPOSITES = (
 
 # The particles of phrasal verbs above that may stand apart from their verb ("turn 2FA off").
 PARTICLES = ("on", "off")
+# Words that say which way an action goes, not what it acts on: the direction test reads them in the raw text, and
+# as coverage terms they only cost a chatty question its source ("clearing out ... move overseas ... back out").
+DIRECTION_WORDS = frozenset({"on", "off", "out", "up", "down", "back", "no", "not"})
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,8 @@ def term_coverage(question: str, source: str, vocabulary: Vocabulary) -> tuple[f
     # A word the help centre never uses weighs nothing: given weight, it handed off more covered questions (a
     # customer's chatter: "ugh", "mum") than it kept uncovered ones from passing (bench.answers, tuning part).
     for term in vocabulary.terms(question):
+        if term in DIRECTION_WORDS:
+            continue
         weight = vocabulary.weight(term)
         total += weight
         if term in found_in:

@@ -181,11 +181,14 @@ class TurnPlanner:
 
     def plan(self, question: object, history: list[dict] | None, session_id: str) -> "ChatTurn | Unanswered":
         question = check_question(question, self.settings.max_question_chars)
-        messages = without_hand_offs(parse_history(history, self.settings.max_question_chars * 4),
-                                     self.settings.handoff_message)
+        conversation = parse_history(history, self.settings.max_question_chars * 4)
+        messages = without_hand_offs(conversation, self.settings.handoff_message)
         if self.settings.check_sources and declined(question):
             return Unanswered(question, session_id, DECLINED, "tries to change the assistant's instructions")
-        grounds = self.find_grounds(question, messages)
+        # A follow-up is retrieved with the customer's question before it even when that one was handed off ("can i
+        # get the earlier one back" then "how far back does that go on personal"): the prompt leaves it out, the
+        # retrieval needs it.
+        grounds = self.find_grounds(question, [m.content for m in conversation if m.role == "user"])
         if self.settings.check_sources and needs_sum(question):
             passage = self.passage(grounds, figures=True)
             if passage is None:
@@ -211,10 +214,10 @@ class TurnPlanner:
             rejected=grounds.rejected,
         )
 
-    def find_grounds(self, question: str, messages: list[Message]) -> Grounds:
+    def find_grounds(self, question: str, previous: list[str]) -> Grounds:
         """The grounds of the question alone, or, for a follow-up ("and on Personal?", or anything nothing covers
-        alone), of the previous question joined with it: retrieved and checked as the conversation's question."""
-        previous = [m.content for m in messages if m.role == "user"]
+        alone), of the `previous` question of the customer's joined with it: retrieved and checked as the
+        conversation's question."""
         grounds = self.grounds_for(question)
         if not previous or (grounds.covered and not reads_as_follow_up(question)):
             return grounds

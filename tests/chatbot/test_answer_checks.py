@@ -85,6 +85,19 @@ def test_a_paraphrase_found_close_needs_fewer_shared_words():
                         source_question=answer["question"]).answers
 
 
+def test_words_that_say_an_action_s_direction_cost_a_question_no_coverage():
+    answer = approved("How do I delete my account?")
+    plain = "if i delete my account is it all gone at once, or do i get some days to change my mind"
+    chatty = "clearing out my life before i move. if i delete my account is it all gone at once, or do i get some " \
+             "days to back out, up or down"
+    coverages = [check_source(asked, answer["answer"], VOCABULARY, COVERAGE, FAR,
+                              source_question=answer["question"]).coverage for asked in (plain, chatty)]
+    assert coverages[0] > 0 and coverages[1] >= coverages[0] * 0.7, coverages  # only "clearing", "life", "move" cost
+    assert check_source("how do I turn 2fa off", approved("How do I turn on two-factor authentication?")["answer"],
+                        VOCABULARY, COVERAGE, 0.9, source_question="How do I turn on two-factor authentication?"
+                        ).reason.startswith("asks to turn off")  # the direction test still reads them
+
+
 def test_an_action_and_its_particle_may_stand_apart_and_the_last_one_said_is_wanted():
     turn_on = "How do I turn on two-factor authentication?"
     assert swapped_action("how do I turn 2fa off", turn_on, whole_text=False) == ("turn off", "turn on")
