@@ -86,7 +86,8 @@ def test_questions_that_must_not_be_decoded(service):
 
 def test_a_follow_up_is_retrieved_with_the_question_before_it_even_when_that_was_handed_off(service):
     first, follow_up = "my colleague deleted a folder we share, ugh", "can i get it back and for how long"
-    handed_off = [{"role": "user", "content": first}, {"role": "assistant", "content": service.settings.handoff_message}]
+    handed_off = [{"role": "user", "content": first},
+                  {"role": "assistant", "content": service.settings.handoff_message}]
     alone, after = service.planner.plan(follow_up, [], "s"), service.planner.plan(follow_up, handed_off, "s")
     assert alone.uncovered and not after.uncovered and after.article_id == "trash-and-restore"
     assert not after.history  # the handed-off exchange stays out of the prompt
