@@ -34,6 +34,10 @@ _YES_NO = re.compile(r"^(?:yes|no|yeah|nope|unfortunately|sure)\b", re.I)
 # but for up to _LIST_DROP_WORDS of its names.
 _TOKEN = re.compile(r"[A-Za-z0-9$][\w$'-]*")
 _LIST_COPY_WORDS, _LIST_DROP_WORDS = 5, 4
+# The share of a sentence's words that may come from the customer's question alone: a reply may restate the
+# question, but one that is mostly the question said back ("You can lock or freeze your account on purpose" beside
+# the lockout article) claims what no source says.
+ECHO_SHARE = 0.25
 _YES = re.compile(r"^\W*(?:yes|yeah|yep|sure|of course|absolutely)\b", re.I)
 
 
@@ -74,7 +78,8 @@ class Sources:
         not take a number or a menu path from it."""
         joined = "\n".join(texts)
         self.lower = " ".join(joined.lower().split())
-        self.stems = stems(joined) | stems(echo)
+        self.own_stems = stems(joined)
+        self.stems = self.own_stems | stems(echo)
         self.words = set(re.findall(r"[a-z0-9]+", f"{joined}\n{echo}".lower()))
         self.pairs = stem_pairs(joined) | stem_pairs(echo)
         plain = "\n".join(_LIST_MARK.sub("", line) for line in joined.splitlines())  # "1." is not a fact
@@ -104,6 +109,9 @@ def check_sentence(sentence: str, sources: Sources, min_overlap: float, min_pair
         return SentenceCheck(False, overlap, f"leaves {dropped!r} out of its source's list", paired)
     if overlap < min_overlap:
         return SentenceCheck(False, overlap, f"{overlap:.0%} of its words are in the sources", paired)
+    echoed = [w for w in words if stem(w) in sources.stems and stem(w) not in sources.own_stems]
+    if min_overlap and len(echoed) > ECHO_SHARE * len(words):  # a check of the words at all
+        return SentenceCheck(False, overlap, f"takes {', '.join(echoed[:3])!r} from the question alone", paired)
     if paired < min_pairs:
         return SentenceCheck(False, overlap, f"{paired:.0%} of its word pairs are in the sources", paired)
     return SentenceCheck(True, overlap, "", paired)

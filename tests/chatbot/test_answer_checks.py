@@ -163,6 +163,16 @@ def test_a_sentence_with_a_figure_no_source_holds_is_not_supported():
     assert not check_sentence("Open Settings > Uploads > Limits.", sources, 0.0).supported  # a menu path
 
 
+def test_a_sentence_that_is_mostly_the_question_said_back_is_not_supported():
+    asked = "going on a 3 month trek with no internet. can i lock or freeze my nimbus account on purpose while im away"
+    sources = Sources([ARTICLES["account-locked"]], echo=asked)
+    echoed = check_sentence("You can lock or freeze your Nimbus account on purpose.", sources, 0.6)
+    assert echoed.overlap == 1.0 and not echoed.supported and "freeze" in echoed.reason
+    restated = Sources([ARTICLES["reset-password"]], echo="hey, i cant log in anymore, forgot my pw. help?")
+    assert check_sentence("If you forgot your password, you can reset it from the sign-in page.", restated,
+                          0.6).supported
+
+
 def test_a_reply_is_held_back_until_its_sentence_is_checked_and_never_withdrawn():
     sources = Sources([ARTICLES["upload-limits"]])
     reply = "The largest file on Personal is 50 GB. Browser uploads are limited to 99 GB per file. More text"
