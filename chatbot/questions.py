@@ -49,6 +49,15 @@ _ADDED = re.compile(r"\b(?:add|adding|added|add-on|extra|on top of|plus)\b.*"
                     r"|\b(?:total|how much|costs?)\b.*\b(?:add|adding|add-on|extra|plus)\b",
                     re.I | re.S)
 _COMPARE = re.compile(r"\b(?:difference|compared?|versus|vs\.?|instead of|rather than|than)\b", re.I)
+# A question about the customer's own records, which only staff can look up: an invoice, order or ticket number,
+# or "which e-mail did I use", "check my account". The help centre answers how things work, never what one
+# account holds, and the nearest how-to is not an answer to it.
+_OWN_RECORDS = re.compile(
+    r"\b(?:NMB|INV|ORD)-?\d{3,}\b|#\s?\d{3,}\b"
+    r"|\b(?:order|invoice|ticket|case|receipt|transaction)\s+(?:number\s+|no\.?\s*|#\s*)?[A-Z0-9-]*\d{4,}\b"
+    r"|\b(?:which|what)\s+(?:e-?mail|address|account|plan|card)\s+(?:did\s+i|i\s+used?|i\s+signed|am\s+i|is\s+(?:my|on\s+my))"
+    r"|\b(?:look\s+up|look\s+into|check|pull\s+up)\s+my\s+(?:account|order|invoice|payment|subscription|ticket|case)\b"
+    r"|\bcan\s+(?:you|someone|support)\s+(?:see|check|tell\s+me)\s+(?:which|what|if|whether|why)\b", re.I)
 # A message that reads as the continuation of the one before it: retrieved together with it (chatbot/turn.py).
 _FOLLOW_UP = re.compile(r"^\s*(?:and|ok(?:ay)?|so|but|also|then|what about|how about|same|and if|if so|what if)\b"
                         r"|\b(?:it|that|this|those|these|they|them|there)\b", re.I)
@@ -57,6 +66,12 @@ _FOLLOW_UP = re.compile(r"^\s*(?:and|ok(?:ay)?|so|but|also|then|what about|how a
 def declined(question: str) -> bool:
     """True for a message that tries to change the assistant's instructions."""
     return bool(_INJECTION.search(question))
+
+
+def own_records(question: str) -> str:
+    """What in the question asks about the customer's own records ("invoice NMB-448210"), or ""."""
+    found = _OWN_RECORDS.search(question)
+    return found.group(0) if found else ""
 
 
 def needs_sum(question: str) -> bool:

@@ -20,7 +20,15 @@ from .prompt import (
     parse_history,
     prompt_hash,
 )
-from .questions import HelpCentreWords, check_question, declined, needs_sum, reads_as_follow_up, without_hand_offs
+from .questions import (
+    HelpCentreWords,
+    check_question,
+    declined,
+    needs_sum,
+    own_records,
+    reads_as_follow_up,
+    without_hand_offs,
+)
 from .relevance import Coverage, check_source
 from .settings import GROUNDING_REVIEWS, ChatSettings
 from .shown import NOTHING_COVERS
@@ -185,6 +193,9 @@ class TurnPlanner:
         messages = without_hand_offs(conversation, self.settings.handoff_message)
         if self.settings.check_sources and declined(question):
             return Unanswered(question, session_id, DECLINED, "tries to change the assistant's instructions")
+        records = own_records(question) if self.settings.check_sources else ""
+        if records:
+            return Unanswered(question, session_id, HANDED_OFF, f"asks about the customer's own records ({records!r})")
         # A follow-up is retrieved with the customer's question before it even when that one was handed off ("can i
         # get the earlier one back" then "how far back does that go on personal"): the prompt leaves it out, the
         # retrieval needs it.

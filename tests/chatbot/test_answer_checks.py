@@ -7,7 +7,7 @@ import json
 import pytest
 
 from cache.records import HANDED_OFF, STAFF_TEXT
-from chatbot.questions import declined, needs_sum, reads_as_follow_up
+from chatbot.questions import declined, needs_sum, own_records, reads_as_follow_up
 from chatbot.relevance import Coverage, check_source, swapped_action
 from chatbot.shown import shown_after_check
 from chatbot.support import (
@@ -140,6 +140,16 @@ def test_declined_and_sums():
     assert needs_sum("thinking of team for our 6 person office, what would the bill be?")
     assert not needs_sum("how do I add my VAT number to the bill?")
     assert not needs_sum("any way to have attachments land in a folder instead of saving every one by hand?")
+
+
+def test_questions_about_the_customer_s_own_records_are_told_from_how_to_questions():
+    assert "NMB-448210" in own_records("my invoice NMB-448210 has a line for $14 i dont recognise")
+    assert "#20931" in own_records("where is my refund for order #20931?")
+    assert own_records("which email did i use to sign up?")
+    assert own_records("can you check my account, the upload keeps failing")
+    for how_to in ("where do i find my invoices?", "I was charged $8 twice this month", "which plan has 2TB?",
+                   "what email address do invoices go to?", "how do I check my storage?", "a 25 GB file on Team"):
+        assert not own_records(how_to), how_to
 
 
 def test_follow_ups_are_told_from_new_questions():
