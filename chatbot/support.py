@@ -38,6 +38,7 @@ _LIST_COPY_WORDS, _LIST_DROP_WORDS = 5, 4
 # question, but one that is mostly the question said back ("You can lock or freeze your account on purpose" beside
 # the lockout article) claims what no source says.
 ECHO_SHARE = 0.25
+_LABEL = re.compile(r"^\s*(?:\d{1,2}[.)]\s*)?([A-Z][\w ]{0,30}?):")  # a list item's label: "2. Personal: $8 ..."
 _YES = re.compile(r"^\W*(?:yes|yeah|yep|sure|of course|absolutely)\b", re.I)
 
 
@@ -201,13 +202,20 @@ def best_passage(units: Sequence[str], closeness: Sequence[float], count: int = 
 
 
 def priced_passage(question: str, body: str, vocabulary: Vocabulary, count: int = 2) -> str:
-    """The sentences of an article that state a price and share the most words with the question (its plan names
-    counting as much as its rarest words): the figures a sum needs."""
-    priced = [unit for unit in text_sentences(body) if "$" in unit]
-    asked = vocabulary.terms(question)
-    scores = [_score(unit, asked, vocabulary) for unit in priced]
-    ranked = sorted((i for i in range(len(priced)) if scores[i] > 0), key=lambda i: -scores[i])[:count]
-    return "\n".join(priced[i] for i in sorted(ranked))
+    """The sentences of an article that state a figure and share the most words with the question, a list item
+    whose label the question names first ("4. Enterprise: ..." for "enterprise for our 20 person firm", whose
+    "person" would otherwise meet "Personal"): the figures a sum needs."""
+    figured = [unit for unit in text_sentences(body) if _NUMBER.search(_LIST_MARK.sub("", unit))]
+    asked, said = vocabulary.terms(question), f" {' '.join(re.findall(r'[a-z0-9]+', question.lower()))} "
+    scores = [(_names_label(unit, said), _score(unit, asked, vocabulary)) for unit in figured]
+    ranked = sorted((i for i in range(len(figured)) if any(scores[i])), key=lambda i: scores[i], reverse=True)[:count]
+    return "\n".join(figured[i] for i in sorted(ranked))
+
+
+def _names_label(unit: str, said: str) -> bool:
+    """Whether the question (`said`: its words, space-padded) names the label of the list item `unit`."""
+    label = _LABEL.match(unit)
+    return bool(label) and f" {label.group(1).lower()} " in said
 
 
 def _score(unit: str, asked: list[str], vocabulary: Vocabulary) -> float:

@@ -238,6 +238,8 @@ def test_the_passage_for_a_sum_holds_its_figures():
     body = ARTICLES["plans-and-pricing"].split("\n\n", 1)[1]
     assert "$120 per user per year" in priced_passage("how much for 5 people on team per year", body, VOCABULARY)
     assert "$8 per month" in priced_passage("2 of us on personal monthly, how much?", body, VOCABULARY)
+    storage = priced_passage("budget for enterprise for our 20 person firm, how much pooled storage", body, VOCABULARY)
+    assert "5 TB of pooled storage" in storage and "Personal" not in storage  # "person" is not the plan's label
 
 
 def test_a_passage_is_the_closest_sentences_in_the_articles_order():
