@@ -31,23 +31,8 @@ from .questions import (
 )
 from .relevance import Coverage, check_source
 from .settings import GROUNDING_REVIEWS, ChatSettings
-from .shown import NOTHING_COVERS
+from .shown import DEPARTED_NOTICE, FOLLOWED_ENOUGH, NOTHING_COVERS, UNCHECKED_NOTICE
 from .support import Passage, best_passage, priced_passage, text_sentences
-
-# Shown under a reply that no staff-approved answer backs. The 135M model answers a question nothing covers as
-# readily as one it knows ("Is my data encrypted?": "No, your data is not encrypted"), and told in the prompt to
-# say it does not know, it did not (it looped instead): so the customer is told, outside the reply. A follow-up
-# ("make that shorter") gets it too: its reply restates the earlier one in words no one approved.
-UNCHECKED_NOTICE = ("This reply is not backed by an answer our support staff approved: the assistant wrote it on its "
-                    "own, and it may be wrong. Please check with our support team before relying on it.")
-
-# Under a reply that an approved answer grounded but that copied less than this share of its tokens from it: the
-# model went its own way ("how do i add a team member": 32% copied, then steps that loop on "Add"). The
-# approved answers the service workload grounds are copied 62-87% when the reply follows them.
-FOLLOWED_ENOUGH = 0.5
-DEPARTED_NOTICE = ("Only {share:.0%} of this reply follows the answer our support staff approved for this question: "
-                   "the rest the assistant wrote on its own, and it may be wrong.")
-
 
 # How close in meaning (cosine) the closest sentence of an article must be to the question for the article to
 # answer it alone, without an approved answer. On the tuning part of bench.answers' set every article that answered

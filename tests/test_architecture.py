@@ -106,3 +106,14 @@ def test_pure_modules_reach_no_torch_directly_or_through_the_project(module):
         if imported.split(".")[0] in HEAVY or imported in HEAVY
     ]
     assert offenders == [] and reached <= set(PURE_MODULES), (offenders, reached - set(PURE_MODULES))
+
+
+# A module a newcomer reads whole: past this, it is two ideas in one file (issue 44).
+MAX_MODULE_LINES = 400
+
+
+def test_no_module_of_the_packages_is_longer_than_a_newcomer_reads_whole():
+    long = {str(path.relative_to(ROOT)): n for package in (*PACKAGES, "app.py")
+            for path in ([ROOT / package] if package.endswith(".py") else (ROOT / package).rglob("*.py"))
+            if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert not long, long

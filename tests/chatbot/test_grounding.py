@@ -14,7 +14,7 @@ from cache import AnswerCache, Embedder, NewAnswer, StaffStore
 from chatbot import Accounts, AdminService, ChatService, ChatSettings, InputError
 from chatbot.seed import Seed
 from chatbot.settings import DEFAULT_HANDOFF_MESSAGE
-from chatbot.turn import DEPARTED_NOTICE, UNCHECKED_NOTICE
+from chatbot.shown import DEPARTED_NOTICE, UNCHECKED_NOTICE
 from data import StaffAnswer
 from decoding import CostCurve, Engine
 from decoding.model_loading import DEFAULT_MODEL_DIR
