@@ -13,7 +13,7 @@ cheap and explainable to staff:
 import re
 from dataclasses import dataclass
 
-from .terms import Vocabulary, stems
+from .terms import DIRECTION_WORDS, Vocabulary, stems
 
 # Other storage and sharing services customers name: a question about one of them that the help centre never
 # names is about another company's product. Tools customers mention in passing ("my gmail", "on my iPhone") are
@@ -47,9 +47,6 @@ OPPOSITES = (
 
 # The particles of phrasal verbs above that may stand apart from their verb ("turn 2FA off").
 PARTICLES = ("on", "off")
-# Words that say which way an action goes, not what it acts on: the direction test reads them in the raw text, and
-# as coverage terms they only cost a chatty question its source ("clearing out ... move overseas ... back out").
-DIRECTION_WORDS = frozenset({"on", "off", "out", "up", "down", "back", "no", "not"})
 
 
 @dataclass(frozen=True)
@@ -102,6 +99,7 @@ def term_coverage(question: str, source: str, vocabulary: Vocabulary) -> tuple[f
     missing = []
     # A word the help centre never uses weighs nothing: given weight, it handed off more covered questions (a
     # customer's chatter: "ugh", "mum") than it kept uncovered ones from passing (bench.answers, tuning part).
+    # A direction word only costs a chatty question its source ("clearing out ... before i move ... back out").
     for term in vocabulary.terms(question):
         if term in DIRECTION_WORDS:
             continue

@@ -99,7 +99,8 @@ def check_sentence(sentence: str, sources: Sources, min_overlap: float, min_pair
     if not missing and _YES_NO.match(body) and not sources.holds(body.rstrip(".!")):
         missing = body.split()[0].strip(",.!")
     words = [w for w in content_words(body) if not w.isdigit()]
-    found = sum(1 for w in words if stem(w) in sources.stems)
+    word_stems = [stem(w) for w in words]
+    found = sum(1 for term in word_stems if term in sources.stems)
     overlap = found / len(words) if words else 1.0
     pairs = stem_pairs(body)
     paired = sum(1 for pair in pairs if pair in sources.pairs) / len(pairs) if pairs else 1.0
@@ -110,7 +111,8 @@ def check_sentence(sentence: str, sources: Sources, min_overlap: float, min_pair
         return SentenceCheck(False, overlap, f"leaves {dropped!r} out of its source's list", paired)
     if overlap < min_overlap:
         return SentenceCheck(False, overlap, f"{overlap:.0%} of its words are in the sources", paired)
-    echoed = [w for w in words if stem(w) in sources.stems and stem(w) not in sources.own_stems]
+    echoed = [w for w, term in zip(words, word_stems, strict=True)
+              if term in sources.stems and term not in sources.own_stems]
     if min_overlap and len(echoed) > ECHO_SHARE * len(words):  # a check of the words at all
         return SentenceCheck(False, overlap, f"takes {', '.join(echoed[:3])!r} from the question alone", paired)
     if paired < min_pairs:
@@ -255,9 +257,10 @@ class ReplyCheck:
         for sentence in sentences(text, final):
             if sentence.end <= done:
                 continue
-            verdict = check_sentence(sentence.text(text), self.sources, self.min_overlap, self.min_pairs)
+            said = sentence.text(text)
+            verdict = check_sentence(said, self.sources, self.min_overlap, self.min_pairs)
             self.checked.append(CheckedSentence(sentence.end, round(verdict.overlap, 3), verdict.reason,
-                                                round(verdict.pairs, 3), bool(_YES.match(sentence.text(text)))))
+                                                round(verdict.pairs, 3), bool(_YES.match(said))))
             if self.failed is None and not verdict.supported:
                 self.failed = self.checked[-1]
             if self.cut:

@@ -13,6 +13,10 @@ from dataclasses import dataclass, field
 
 WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 STEM_LETTERS = 5
+# Words that say which way an action goes, not what it acts on ("turn it off", "back out"): the direction test
+# (chatbot/relevance.py) reads them in the raw text; they are no stopwords, so a reply sentence's "off" must be a
+# source's, but they weigh nothing in a question's coverage.
+DIRECTION_WORDS = frozenset({"on", "off", "out", "up", "down", "back", "no", "not"})
 # Function words and chat filler: they say nothing about which answer a question needs.
 STOPWORDS = frozenset("""
 a about above after again all also am an and any anymore anything are as at be been before being below between
@@ -25,7 +29,7 @@ trying u under until up us very want wanted wants was way we were what what's wh
 why will with won't would yes yet you your yours yourself hi hello hey help okay ok guys anyone someone really
 actually maybe cant can't dont doesnt doesn't didn't im ive thats whats wanna gonna something thing things tell
 know idea possible also again
-""".split()) - {"on", "off", "out", "up", "down", "no", "not"}  # kept apart: they carry an action's direction
+""".split()) - DIRECTION_WORDS
 
 
 # Customers' words for what the help centre calls otherwise, replaced before anything is compared (both sides).
