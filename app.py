@@ -243,6 +243,14 @@ def main() -> None:
     except (ValidationError, ValueError) as err:
         _fail(f"bad setting: {err}")
     torch.set_num_threads(settings.threads)  # process-wide: set here, in the entry point, only
+    # Staff accounts before the model: a wrong password setting fails at once, and the login is printed while the
+    # model and the help centre load.
+    accounts = Accounts(StaffStore.open(settings.data_dir, settings.db_url))
+    try:
+        bootstrap = accounts.bootstrap(settings.admin_user, _secret(settings.admin_password))
+    except InputError as err:
+        _fail(f"CHATBOT_ADMIN_PASSWORD: {err}")
+    print(_announcement(bootstrap, "CHATBOT_ADMIN_PASSWORD"), flush=True)
     try:
         service = in_passing_thread(lambda: ChatService.create(
             settings.data_dir, settings.model, settings.db_url, chat_settings,
@@ -253,12 +261,6 @@ def main() -> None:
         _fail(f"cannot load the model: {err}")
     except EngineConfigError as err:
         _fail(str(err))
-    accounts = Accounts(StaffStore.open(settings.data_dir, settings.db_url))
-    try:
-        bootstrap = accounts.bootstrap(settings.admin_user, _secret(settings.admin_password))
-    except InputError as err:
-        _fail(f"CHATBOT_ADMIN_PASSWORD: {err}")
-    print(_announcement(bootstrap, "CHATBOT_ADMIN_PASSWORD"), flush=True)
     # The scheduler's thread alone computes on several cores; the server's threads go to one as they first embed or
     # pick tokens (decoding/threads.py: not torch.set_num_threads, whose process-wide state slows the scheduler), and
     # so does this one, which computes nothing more (its setting at 2 measured a tenth slower prefills there).

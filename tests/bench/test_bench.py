@@ -54,7 +54,7 @@ def bench_run(tmp_path_factory) -> Path:
     workload.write_text("".join(json.dumps(q) + "\n" for q in QUESTIONS))
     articles.write_text(json.dumps(ARTICLES))
     bench("--workload", str(workload), "--articles", str(articles), "--out", str(out), "--limit", "1",
-          "--max-new-tokens", "16", "--step-width", "4",  # a given width: its measurement is test_packed.py's
+          "--max-new-tokens", "8", "--step-width", "4",  # a given width: its measurement is test_packed.py's
           "--weights", WEIGHTS, "--no-peers", "--threads", str(TEST_THREADS))
     return out
 

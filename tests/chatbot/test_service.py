@@ -2,16 +2,20 @@
 
 Every test gets a cache of its own, a copy of one freshly seeded help centre, so no test sees another's stored
 answers: lookups and exact hits depend only on what the test itself asked. The loaded model is shared (its
-weights are only read), and the cost curve is fixed, so opening a service costs a folder copy.
+weights are only read), the cost curve is fixed, and the embedder remembers the batches it embedded (every open
+embeds the same approved answers, and a batch's vectors are the same every time), so opening a service costs a
+folder copy.
 """
 
 import shutil
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from cache import NewAnswer
+from cache import AnswerCache, NewAnswer
+from cache.embedder import Embedder
 from chatbot import ChatService, ChatSettings, InputError, Span
 from decoding import CostCurve, Engine, StepWidth, build_engine, greedy_generate
 
@@ -38,15 +42,36 @@ def seeded_dir(engine, tmp_path_factory) -> Path:
     return data_dir
 
 
-def open_service(engine: Engine, seeded_dir: Path, data_dir: Path) -> ChatService:
+class RememberedBatches:
+    """The settings' embedding model, loaded once; a batch of texts it embedded before is answered from memory."""
+
+    def __init__(self) -> None:
+        self.embedder = Embedder.named(SETTINGS.embedding_model, SETTINGS.embedding_dtype)
+        self.batches: dict[tuple[str, ...], np.ndarray] = {}
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        key = tuple(texts)
+        if key not in self.batches:
+            self.batches[key] = self.embedder.embed(texts)
+        return self.batches[key].copy()
+
+
+@pytest.fixture(scope="module")
+def embedding() -> RememberedBatches:
+    return RememberedBatches()
+
+
+def open_service(engine: Engine, seeded_dir: Path, data_dir: Path, embedding: RememberedBatches) -> ChatService:
     """A service on a private copy of the seeded folder."""
     shutil.copytree(seeded_dir, data_dir, ignore=shutil.ignore_patterns("*.lock"))
-    return ChatService.open(engine, data_dir, settings=SETTINGS, cost=CPU_CURVE)
+    cache = AnswerCache.open(data_dir, embed=embedding.embed, dim=embedding.embedder.dim,
+                             max_entries=SETTINGS.max_entries, embedder_name=embedding.embedder.name)
+    return ChatService.start(engine, cache, data_dir, SETTINGS, cost=CPU_CURVE)
 
 
 @pytest.fixture
-def service(engine, seeded_dir, tmp_path):
-    svc = open_service(engine, seeded_dir, tmp_path / "data")
+def service(engine, seeded_dir, tmp_path, embedding):
+    svc = open_service(engine, seeded_dir, tmp_path / "data", embedding)
     yield svc
     svc.cache.close()
 
@@ -186,8 +211,9 @@ def packed_engine(bundled) -> Engine:
     return build_engine(model, tokenizer, MODEL_ID, StepWidth.parse(4))
 
 
-def test_packed_service_replies_equal_its_greedy_and_say_how_they_ran(packed_engine, seeded_dir, tmp_path, bundled):
-    packed_service = open_service(packed_engine, seeded_dir, tmp_path / "data")
+def test_packed_service_replies_equal_its_greedy_and_say_how_they_ran(packed_engine, seeded_dir, tmp_path, bundled,
+                                                                    embedding):
+    packed_service = open_service(packed_engine, seeded_dir, tmp_path / "data", embedding)
     first = packed_service.ask("How do I reset my password?")
     second = packed_service.ask("I forgot my password, how can I reset it?")
     for reply in (first, second):

@@ -1,7 +1,7 @@
 """One app.py shared by the reliability tests, started without CHATBOT_ADMIN_PASSWORD so it makes one up.
 
-A second start on another data folder runs alongside it only so that the access tests can compare two
-generated passwords; both load at the same time because each takes ~30 s of mostly single-core work.
+A second start on another data folder runs only until it prints its own generated password, which app.py does
+before it loads the model, so that the access tests can compare two generated passwords.
 """
 
 from dataclasses import dataclass
@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.reliability.app_process import App, launch, read_store, stop, wait_until_up
+from tests.reliability.app_process import App, launch, read_store, stop, wait_for_log, wait_until_up
 
 
 @dataclass
 class Servers:
     main: App
-    second: App  # started only to print its own generated password; never asked anything
+    second_password: str  # printed by a second start on another data folder, stopped once it had
 
 
 @pytest.fixture(scope="session")
@@ -25,7 +25,9 @@ def servers(tmp_path_factory: pytest.TempPathFactory):
     main = launch(root / "data", root / "server.log")
     second = launch(root / "second" / "data", root / "second" / "server.log")
     try:
-        yield Servers(wait_until_up(main), second)
+        second_password = wait_for_log(second, r"^Admin login: admin / (\S+)$").group(1)
+        stop(second)
+        yield Servers(wait_until_up(main), second_password)
     finally:
         stop(second)
         stop(main)

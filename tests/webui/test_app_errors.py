@@ -18,7 +18,7 @@ def corrupt_model(folder: Path) -> Path:
 
 @pytest.mark.parametrize("make_model", [lambda tmp: tmp / "no-such-model", lambda tmp: corrupt_model(tmp / "broken")])
 def test_bad_model_path_is_one_line_and_exit_code_2(tmp_path: Path, make_model):
-    env = server_env(tmp_path / "data", CHATBOT_MODEL=str(make_model(tmp_path)), CHATBOT_ADMIN_PASSWORD="x")
+    env = server_env(tmp_path / "data", CHATBOT_MODEL=str(make_model(tmp_path)), CHATBOT_ADMIN_PASSWORD="password-9")
     done = subprocess.run(
         [sys.executable, "app.py"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
     )
@@ -28,7 +28,7 @@ def test_bad_model_path_is_one_line_and_exit_code_2(tmp_path: Path, make_model):
 
 
 def run_app(tmp_path: Path, **env_vars: str) -> subprocess.CompletedProcess:
-    env = server_env(tmp_path / "data", CHATBOT_ADMIN_PASSWORD="x", **env_vars)
+    env = server_env(tmp_path / "data", CHATBOT_ADMIN_PASSWORD="password-9", **env_vars)
     return subprocess.run([sys.executable, "app.py"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
 
 
