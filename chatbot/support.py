@@ -214,6 +214,13 @@ def priced_passage(question: str, body: str, vocabulary: Vocabulary, count: int 
     return "\n".join(figured[i] for i in sorted(ranked))
 
 
+def names_a_priced_item(question: str, body: str) -> bool:
+    """Whether the article lists an item with a figure whose label the question names ("Team: $12 per user ..."
+    for "8 person team, how much do we save going annual"): the article states the figures the sum needs."""
+    said = f" {' '.join(re.findall(r'[a-z0-9]+', question.lower()))} "
+    return any(_NUMBER.search(_LIST_MARK.sub("", unit)) and _names_label(unit, said) for unit in text_sentences(body))
+
+
 def _names_label(unit: str, said: str) -> bool:
     """Whether the question (`said`: its words, space-padded) names the label of the list item `unit`."""
     label = _LABEL.match(unit)

@@ -8,6 +8,7 @@ from cache import AnswerCache
 from cache.records import DECLINED, HANDED_OFF, STAFF_TEXT, Hit
 from decoding import Engine, StepConfig
 
+from .figures import sum_figures
 from .grounding import GroundingChoice, GroundingPolicy, article_of_match, choose_grounding
 from .prompt import (
     ApprovedAnswer,
@@ -32,7 +33,7 @@ from .questions import (
 from .relevance import Coverage, check_source
 from .settings import GROUNDING_REVIEWS, ChatSettings
 from .shown import DEPARTED_NOTICE, FOLLOWED_ENOUGH, NOTHING_COVERS, UNCHECKED_NOTICE
-from .support import Passage, best_passage, priced_passage, text_sentences
+from .support import Passage, best_passage, text_sentences
 
 # How close in meaning (cosine) the closest sentence of an article must be to the question for the article to
 # answer it alone, without an approved answer. On the tuning part of bench.answers' set every article that answered
@@ -186,12 +187,13 @@ class TurnPlanner:
         # retrieval needs it.
         grounds = self.find_grounds(question, [m.content for m in conversation if m.role == "user"])
         if self.settings.check_sources and needs_sum(question):
-            passage = self.passage(grounds, figures=True)
+            passage = sum_figures(question, grounds.asked, grounds.article.id if grounds.article else None,
+                                  self.cache, self.words.vocabulary())
             if passage is None:
                 return Unanswered(question, session_id, HANDED_OFF, "needs a sum and no article gives its figures")
             return Unanswered(question, session_id, STAFF_TEXT, "needs a sum: the article's figures", passage)
         article, grounding = grounds.article, grounds.choice.grounding
-        passage = staff_answer(grounding[0]) if grounding else self.passage(grounds, figures=False)
+        passage = staff_answer(grounding[0]) if grounding else self.passage(grounds)
         prompt = build_prompt(
             self.engine.tokenizer, self.settings.system_prompt, article.text if article else None, messages,
             question, self.context_window - self.settings.max_new_tokens,
@@ -300,17 +302,13 @@ class TurnPlanner:
             return ""
         return f"asks what its article {article.id!r} says beyond it ({closest_out:.2f} against {closest_in:.2f})"
 
-    def passage(self, grounds: Grounds, figures: bool) -> Passage | None:
-        """The article's sentences closest to the question, offered as staff's text (with `figures`, those that
-        state the prices a sum needs)."""
+    def passage(self, grounds: Grounds) -> Passage | None:
+        """The article's sentences closest to the question, offered as staff's text."""
         article = grounds.article
         if article is None:
             return None
-        if figures:
-            text = priced_passage(grounds.asked, article.body, self.words.vocabulary())
-        else:
-            units = text_sentences(article.body)
-            text = best_passage(units, self.cache.similarities(grounds.asked, units)) if units else ""
+        units = text_sentences(article.body)
+        text = best_passage(units, self.cache.similarities(grounds.asked, units)) if units else ""
         return Passage(f"article:{article.id}", article.title, text) if text else None
 
     def references(self, question: str, grounding: list[Hit]) -> list[Hit]:

@@ -8,6 +8,7 @@ import pytest
 
 from cache.records import ANSWERED, CUT, DECLINED, HANDED_OFF, OUTCOMES, STAFF_TEXT
 from chatbot import ChatService, ChatSettings
+from chatbot.figures import sum_figures
 from chatbot.shown import DECLINE_MESSAGE
 from data import DATA_DIR
 from decoding import Engine
@@ -102,3 +103,20 @@ def test_a_strict_check_cuts_and_what_is_shown_is_still_a_prefix(service):
         assert_shown_as_promised(strict, reply)
     cut = strict.cache.recent_replies(outcomes=(CUT, STAFF_TEXT, HANDED_OFF))
     assert cut and all(record.outcome in (CUT, STAFF_TEXT, HANDED_OFF) for record in cut)
+
+
+
+def test_a_sum_no_checked_article_gives_figures_for_gets_the_price_list_of_the_plan_it_names(service):
+    """With all-mpnet-base-v2 no article passes the checks for "save going annual" (its words are in none): the
+    price list of the plan the question names gives the figures. A follow-up's "does that cost extra" is not given
+    the price list, and neither is a sum about another company's product."""
+    words, cache = service.planner.words.vocabulary(), service.cache
+    saving = "8 person team. how much do we actually save over a year going annual"
+    figures = sum_figures(saving, saving, None, cache, words)
+    assert figures.source == "article:plans-and-pricing" and "$12 per user per month" in figures.text
+    assert "Personal" not in figures.text  # the plan it names, not every plan
+    follow_up = "does that cost extra if im only on free"
+    assert sum_figures(follow_up, f"can nimbus hook up to zapier\n{follow_up}", None, cache, words) is None
+    other = "5 of us on the dropbox team plan, what do we pay a year all together"
+    assert sum_figures(other, other, None, cache, words) is None
+    assert service.planner.plan(other, [], "s").outcome == HANDED_OFF
