@@ -49,6 +49,9 @@ _ADDED = re.compile(r"\b(?:add|adding|added|add-on|extra|on top of|plus)\b.*"
                     r"|\b(?:total|how much|costs?)\b.*\b(?:add|adding|add-on|extra|plus)\b",
                     re.I | re.S)
 _COMPARE = re.compile(r"\b(?:difference|compared?|versus|vs\.?|instead of|rather than|than)\b", re.I)
+# ... or a saving between billing periods ("how much do I save a year if I switch Personal to annual").
+_SAVING = re.compile(r"\bsav(?:e|es|ing)\b.*\b(?:annual|annually|yearly|monthly)\b"
+                     r"|\b(?:annual|annually|yearly|monthly)\b.*\bsav(?:e|es|ing)\b", re.I | re.S)
 # A question about the customer's own records, which only staff can look up: an invoice, order or ticket number,
 # or "which e-mail did I use", "check my account". The help centre answers how things work, never what one
 # account holds, and the nearest how-to is not an answer to it.
@@ -79,7 +82,8 @@ def needs_sum(question: str) -> bool:
     which the 135M model gets wrong: the reply gives the figures instead."""
     if not _PRICE.search(question):
         return False
-    return bool(_COUNT.search(question) or _COMPARE.search(question) or _ADDED.search(question))
+    return bool(_COUNT.search(question) or _COMPARE.search(question) or _ADDED.search(question)
+                or _SAVING.search(question))
 
 
 def reads_as_follow_up(message: str) -> bool:

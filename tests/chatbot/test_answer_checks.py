@@ -140,6 +140,8 @@ def test_declined_and_sums():
     assert needs_sum("thinking of team for our 6 person office, what would the bill be?")
     assert not needs_sum("how do I add my VAT number to the bill?")
     assert not needs_sum("any way to have attachments land in a folder instead of saving every one by hand?")
+    assert needs_sum("how much do i save a year if i switch personal to annual")
+    assert not needs_sum("how much space do i save if i empty the trash every month")
 
 
 def test_questions_about_the_customer_s_own_records_are_told_from_how_to_questions():
