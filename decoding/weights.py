@@ -6,11 +6,12 @@ oneDNN. "int8" keeps one signed byte a weight and a scale per output channel; "i
 and an offset per 32 inputs, which is the bundled GGUF's own Q4_1 layout, so its weights come back exactly
 (measured: zero error in fp32). Both run PyTorch's weight-only kernels (the ones gpt-fast and torchao use),
 which widen the weights to bf16 in registers, so activations stay bf16. "q4" holds the same 4-bit levels, a
-step and a low per 32 inputs, for the lane library's own product (decoding/csrc/q4_product.cpp): it widens a
-weight once for up to 8 rows, so a forward's rows (drafts, other customers' replies) cost far less than under
-PyTorch's int4 kernel, and one row no more (the bundled model's products, AMD EPYC, 2 threads: 1/8/32 rows
-3.6/7.0/25.6 ms against 3.7/11.2/48.3). It needs the built library on a CPU with AVX512-BF16, or AVX2 and FMA
-(the same bits in fp32 products, decoding/csrc/q4_product.cpp).
+step and a low per 32 inputs, for the lane library's own product (decoding/csrc/q4_product.cpp): each row is held
+as int8 values and a scale per 32 inputs (llama.cpp's Q8_1), the dot products are integer sums, and a widened
+weight serves up to 8 rows, so a forward's rows (drafts, other customers' replies) cost little and one row less
+than under PyTorch's int4 kernel (the bundled model's products, AMD EPYC, 2 threads: 1 and 8 rows 1.5 and 4.3 ms;
+the AVX2 build 1.8 and 7.0 ms). It needs the built library on a CPU with AVX2 and FMA; AVX512-VNNI and AVX2 give
+the same integers, so every build gives the same bits.
 
 Every format computes a row from that row and the weights alone: the same row gives the same bits whichever
 other rows share the product (measured per model at start, decoding/batch_probe.py, and by the invariance
@@ -146,15 +147,16 @@ def int4_levels(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch
 
 
 def q4_weight(weight: torch.Tensor) -> Weight:
-    """4 bits a weight laid out for q4_product: per tile of 16 output channels and pair of inputs (2p, 2p+1), a
-    byte a channel (2p in the low nibble); per tile and group, 16 steps then 16 lows in bf16."""
+    """4 bits a weight laid out for q4_product: per tile of 16 output channels and octet of inputs (8o .. 8o+7),
+    4 bytes a channel, byte b holding input 8o+b in its low nibble and 8o+4+b in its high one; per tile and group,
+    16 steps then 16 lows in bf16."""
     refusal = q4_refusal()  # loads the lane library, whose op the weight runs on
     if refusal is not None:
         raise ValueError(f"cannot hold weights in q4: {refusal}")
     levels, step, low = int4_levels(weight)
     n, k = weight.shape
-    pairs = levels.to(torch.uint8).view(n // INT4_ROWS, INT4_ROWS, k // 2, 2)
-    packed = (pairs[..., 0] | (pairs[..., 1] << 4)).transpose(1, 2).contiguous().view(n // INT4_ROWS, -1)
+    octets = levels.to(torch.uint8).view(n // INT4_ROWS, INT4_ROWS, k // 8, 2, 4)
+    packed = (octets[..., 0, :] | (octets[..., 1, :] << 4)).transpose(1, 2).contiguous().view(n // INT4_ROWS, -1)
     scales = torch.stack([step, low], -1).to(torch.bfloat16)  # (N, K / group, 2)
     scales = scales.view(n // INT4_ROWS, INT4_ROWS, k // INT4_GROUP, 2).permute(0, 2, 3, 1).contiguous()
     return Weight(Q4, packed, scales)

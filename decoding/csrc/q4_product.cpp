@@ -1,229 +1,122 @@
 // x @ w.T for 4-bit weights in one fixed sum per output, whatever the rows: the packed forward's "q4" format.
 //
-// PyTorch's int4 kernel widens the weights again for every few rows, so its cost grew with each row a forward
-// holds (the bundled model's products, AMD EPYC, 2 threads: 1/8/32 rows 3.7/11.2/48.3 ms), and rows are what
-// LLMA's drafts and other customers' replies add. Here 16 output channels sit in the 16 lanes of a register:
-// their 4-bit levels of two inputs are widened once (a table lookup to bf16, exact for 0..15) and taken by up
-// to 8 rows at once through AVX512-BF16 dot products (vdpbf16ps), so a widened weight serves every row of the
-// block (same shapes: 3.6/7.0/25.6 ms). A group of 32 inputs shares one step and one low (Q4_1's layout), so
-//   sum_i x_i (level_i * step + low) = step * sum_i x_i level_i + low * sum_i x_i,
-// the first sum in the dot products, the second once per row and group. Every output's sums run in one order
-// (inputs in pairs, groups in turn) whichever rows, blocks or threads share the call: a row's bits depend on the
-// row and the weights alone, by construction.
+// The weights are Q4_1's: a group of 32 inputs shares one step and one low, w_i = level_i * step + low, levels
+// 0..15. Each row's inputs are held the way llama.cpp's Q8_1 holds them: per group, 32 int8 values q_i and one
+// scale d (the group's largest |x| becomes 127), x_i ~ d * q_i. Then
+//   sum_i x_i w_i ~ step * (d * sum_i q_i level_i) + low * (d * sum_i q_i),
+// where sum_i q_i level_i is an integer sum: exact, so the same in any order, on any instruction set. The rest
+// is three fp32 operations per output and group (a product, then two FMAs), the groups in turn, lane for lane the
+// same in every build. So a row's bits depend on the row and the weights alone, whatever rows, blocks or threads
+// share the call (the property LLMA's losslessness rests on), and the AVX2 build gives the AVX-512 build's bits
+// by construction, not by emulating one instruction with others.
 //
-// Without AVX512-BF16 (an AVX2 build, or AVX-512 without BF16) the same sums run in fp32 FMAs: a pair's levels
-// widened to floats once for the rows of a group, and vdpbf16ps's two steps per pair made as two FMAs, odd input
-// first, under its rounding (denormals flushed in and out, to nearest; MXCSR for the call). Its bits are the
-// AVX512-BF16 path's except where a total falls below 2^-126 (there the AVX-512 path's step and low FMAs keep
-// denormals). Needs AVX2 and FMA at least; elsewhere the format is refused (decoding/weights.py).
+// Why integers: PyTorch's int4 kernel widens the weights again for every few rows, so its cost grew with each row
+// a forward holds, and rows are what LLMA's drafts and other customers' replies add. A widened weight here serves
+// up to 8 rows, and an integer dot product takes 4 inputs a lane (vpdpbusd on AVX512-VNNI; vpmaddubsw, 2 a lane
+// into 16 bits, on AVX2), twice to four times the work of an fp32 FMA, which an AVX2 CPU needs most.
+//
+// Layout (decoding/weights.py q4_weight): per tile of 16 output channels and octet of inputs (8o .. 8o+7), 4 bytes
+// a channel, channel after channel; byte b holds the level of input 8o+b in its low nibble and of 8o+4+b in its
+// high nibble. Per tile and group, 16 steps then 16 lows in bf16.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstring>
+#include <limits>
+#include <utility>
 #include <vector>
 #include "lanes.h"
-#if defined(__AVX512BF16__) && defined(__AVX512BW__)
-#define LLMA_Q4 1
-#elif defined(__AVX2__) && defined(__FMA__)
-#define LLMA_Q4_AVX2 1
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+#define LLMA_Q4_VNNI 1
 #endif
 
 namespace {
 
-constexpr int64_t kGroup = 32;  // inputs sharing one step and one low
-constexpr int64_t kTile = 16;   // output channels in one register
-constexpr int64_t kRows = 8;    // rows taking each widened weight (8 sums + 8 totals in registers)
+constexpr int64_t kGroup = 32;   // inputs sharing one step and one low, and one activation scale
+constexpr int64_t kTile = 16;    // output channels of a tile
+constexpr int64_t kOctets = kGroup / 8;
+constexpr int64_t kOctetBytes = kTile * 4;
 
 bool q4_available() {
-#if defined(LLMA_Q4) || defined(LLMA_Q4_AVX2)
+#if defined(__AVX2__) && defined(__FMA__)
   return true;
 #else
   return false;
 #endif
 }
 
-#ifdef LLMA_Q4
-// bf16 bits of 0..15 (twice: the lookup reads 5 index bits), looked up by each 16-bit lane's level.
-inline __m512i level_table() {
-  alignas(64) uint16_t table[32];
-  for (int i = 0; i < 32; ++i) table[i] = c10::BFloat16(static_cast<float>(i & 15)).x;
-  return _mm512_load_si512(table);
-}
+#if defined(__AVX2__) && defined(__FMA__)
 
-// 16 channels' levels of inputs 2p and 2p+1 (a byte a channel: 2p low nibble, 2p+1 high) as vdpbf16ps pairs:
-// lane j holds channel j's level of input 2p in its low half and of 2p+1 in its high half, as bf16.
-inline __m512bh widen(const uint8_t* bytes, __m512i table) {
-  const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes)));
-  const __m512i pair = _mm512_or_si512(_mm512_and_si512(b, _mm512_set1_epi32(0xF)),
-                                       _mm512_slli_epi32(_mm512_and_si512(b, _mm512_set1_epi32(0xF0)), 12));
-  return (__m512bh)_mm512_permutexvar_epi16(pair, table);
-}
-
-inline __m512 widen_scales(const uint16_t* bf16) {
-  const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bf16));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
-}
-
-// R rows x one tile of 16 channels; the same operations per row for every R.
-template <int R>
-void tile_rows(const uint16_t* x, int64_t k, const float* sums, const uint8_t* levels, const uint16_t* scales,
-               int64_t groups, __m512i table, uint16_t* out, int64_t n) {
-  __m512 total[R];
-  for (int r = 0; r < R; ++r) total[r] = _mm512_setzero_ps();
-  for (int64_t g = 0; g < groups; ++g) {
-    __m512 dot[R];
-    for (int r = 0; r < R; ++r) dot[r] = _mm512_setzero_ps();
-    const uint8_t* group_levels = levels + g * (kGroup / 2) * kTile;
-    for (int64_t p = 0; p < kGroup / 2; ++p) {
-      const __m512bh w = widen(group_levels + p * kTile, table);
-      for (int r = 0; r < R; ++r) {
-        const int32_t pair = *reinterpret_cast<const int32_t*>(x + r * k + g * kGroup + 2 * p);
-        dot[r] = _mm512_dpbf16_ps(dot[r], (__m512bh)_mm512_set1_epi32(pair), w);
-      }
-    }
-    const __m512 step = widen_scales(scales + g * 2 * kTile), low = widen_scales(scales + g * 2 * kTile + kTile);
-    for (int r = 0; r < R; ++r) {
-      total[r] = _mm512_fmadd_ps(dot[r], step, total[r]);
-      total[r] = _mm512_fmadd_ps(_mm512_set1_ps(sums[r * groups + g]), low, total[r]);
-    }
-  }
-  for (int r = 0; r < R; ++r)
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + r * n), (__m256i)_mm512_cvtneps_pbh(total[r]));
-}
-
-using TileRows = void (*)(const uint16_t*, int64_t, const float*, const uint8_t*, const uint16_t*, int64_t, __m512i,
-                          uint16_t*, int64_t);
-constexpr TileRows kTileRows[kRows + 1] = {nullptr, tile_rows<1>, tile_rows<2>, tile_rows<3>, tile_rows<4>,
-                                           tile_rows<5>, tile_rows<6>, tile_rows<7>, tile_rows<8>};
-
-// Each row's sum of x over each group of inputs, in fp32: 16 pair sums, then one fixed tree.
-std::vector<float> group_sums(const uint16_t* x, int64_t rows, int64_t k) {
-  const int64_t groups = k / kGroup;
-  std::vector<float> sums(rows * groups);
-  const __m512bh ones = (__m512bh)_mm512_set1_epi16(c10::BFloat16(1.0f).x);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t g = 0; g < groups; ++g) {
-      const __m512bh xv = (__m512bh)_mm512_loadu_si512(x + r * k + g * kGroup);
-      sums[r * groups + g] = _mm512_reduce_add_ps(_mm512_dpbf16_ps(_mm512_setzero_ps(), xv, ones));
-    }
-  return sums;
-}
-#endif
-
-#ifdef LLMA_Q4_AVX2
-// A row's sums over a group are one chain of 32 FMAs (the order is the AVX-512 path's), 4 cycles each, so a block
-// of rows takes several groups at once: kChains chains (R rows x G groups x 2 halves of the tile) keep both FMA
-// units busy. Groups are widened kWidened at a time, once for every block of rows.
-constexpr int kBlock = 4;     // rows at once at most: 8 registers of sums
-constexpr int kChains = 8;    // independent sums in flight: R x G x 2
-constexpr int kWidened = 4;   // groups widened at a time (8 KB of floats)
-
-// What vdpbf16ps does whatever MXCSR says (denormals flushed in and out, round to nearest), for this thread
-// while the object lives.
-class DenormalsFlushed {
- public:
-  DenormalsFlushed() : saved_(_mm_getcsr()) { _mm_setcsr((saved_ & ~0x6000u) | 0x8040u); }
-  ~DenormalsFlushed() { _mm_setcsr(saved_); }
-  DenormalsFlushed(const DenormalsFlushed&) = delete;
-  DenormalsFlushed& operator=(const DenormalsFlushed&) = delete;
-
- private:
-  unsigned saved_;
+// The rows held as int8 per group: q (rows x k), and per row and group d (the scale) and d * sum(q) (the low's
+// factor). A group with an infinity or NaN gets d = NaN, so the row's outputs are NaN as an fp32 sum would make
+// them; a group whose largest |x| is so small that 127 / it overflows (below about 4e-37) is held as zeros.
+struct HeldRows {
+  std::vector<int8_t> q;
+  std::vector<float> d, s;
 };
 
-inline __m256 widen8(const uint16_t* bf16) {
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bf16))), 16));
+inline __m256 bf16x8(const uint16_t* p) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
 }
 
-// One group's levels (16 pairs of inputs x 16 channels, a byte a channel) as floats, 4 registers a pair
-// (channels 0-7 and 8-15 of input 2p, then of input 2p+1), then its steps and lows (channels 0-7, 8-15 each).
-inline void widen_group(const uint8_t* bytes, const uint16_t* scales, __m256* w) {
-  const __m256i nibble = _mm256_set1_epi32(0xF);
-  for (int p = 0; p < kGroup / 2; ++p) {
-    const __m256i lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(bytes + p * kTile)));
-    const __m256i hi = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(bytes + p * kTile + 8)));
-    w[4 * p] = _mm256_cvtepi32_ps(_mm256_and_si256(lo, nibble));
-    w[4 * p + 1] = _mm256_cvtepi32_ps(_mm256_and_si256(hi, nibble));
-    w[4 * p + 2] = _mm256_cvtepi32_ps(_mm256_srli_epi32(lo, 4));
-    w[4 * p + 3] = _mm256_cvtepi32_ps(_mm256_srli_epi32(hi, 4));
-  }
-  for (int i = 0; i < 4; ++i) w[2 * kGroup + i] = widen8(scales + 8 * i);
-}
-constexpr int kWidenedGroup = 2 * kGroup + 4;  // registers of one widened group
-
-// R rows' totals (16 floats a row, `totals`) after G more groups: each group's dot products as tile_rows makes
-// them (a pair: odd input, then even), then its step and low, the groups in turn. x: the rows' inputs from the
-// first of the groups, a row every k floats; w: the groups widened (widen_group).
-template <int R, int G>
-void groups_rows(const float* x, int64_t k, const __m256* w, const float* sums, int64_t groups, float* totals) {
-  __m256 dot[G][R][2];
-  for (int g = 0; g < G; ++g)
-    for (int r = 0; r < R; ++r) dot[g][r][0] = dot[g][r][1] = _mm256_setzero_ps();
-  for (int p = 0; p < kGroup / 2; ++p)
-    for (int g = 0; g < G; ++g) {
-      const __m256* wp = w + g * kWidenedGroup + 4 * p;
-      for (int r = 0; r < R; ++r) {
-        const float* xp = x + r * k + g * kGroup + 2 * p;
-        const __m256 odd = _mm256_broadcast_ss(xp + 1), even = _mm256_broadcast_ss(xp);
-        for (int h = 0; h < 2; ++h)
-          dot[g][r][h] = _mm256_fmadd_ps(even, wp[h], _mm256_fmadd_ps(odd, wp[2 + h], dot[g][r][h]));
+void hold_rows(const uint16_t* x, int64_t rows, int64_t k, HeldRows& held) {
+  const int64_t groups = k / kGroup;
+  held.q.resize(rows * k);
+  held.d.resize(rows * groups);
+  held.s.resize(rows * groups);
+  const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  const __m256 largest = _mm256_set1_ps(std::numeric_limits<float>::max());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t g = 0; g < groups; ++g) {
+      const uint16_t* xg = x + r * k + g * kGroup;
+      __m256 v[kGroup / 8];
+      __m256 amax = _mm256_setzero_ps(), finite = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+      for (int i = 0; i < kGroup / 8; ++i) {
+        v[i] = bf16x8(xg + 8 * i);
+        const __m256 a = _mm256_and_ps(v[i], magnitude);
+        finite = _mm256_and_ps(finite, _mm256_cmp_ps(a, largest, _CMP_LE_OQ));  // false for inf and NaN
+        amax = _mm256_max_ps(amax, a);
       }
-    }
-  for (int r = 0; r < R; ++r)
-    for (int h = 0; h < 2; ++h) {
-      __m256 total = _mm256_loadu_ps(totals + r * kTile + 8 * h);
-      for (int g = 0; g < G; ++g) {
-        const __m256* scale = w + g * kWidenedGroup + 2 * kGroup;
-        total = _mm256_fmadd_ps(dot[g][r][h], scale[h], total);
-        total = _mm256_fmadd_ps(_mm256_set1_ps(sums[r * groups + g]), scale[2 + h], total);
+      alignas(32) float lanes[8];
+      _mm256_store_ps(lanes, amax);
+      float top = 0.0f;
+      for (float lane : lanes) top = std::max(top, lane);  // a maximum: the same whatever the order
+      const float inverse = 127.0f / top;
+      int8_t* q = held.q.data() + r * k + g * kGroup;
+      const int64_t at = r * groups + g;
+      if (_mm256_movemask_ps(finite) != 0xFF) {
+        std::fill(q, q + kGroup, int8_t(0));
+        held.d[at] = held.s[at] = std::numeric_limits<float>::quiet_NaN();
+        continue;
       }
-      _mm256_storeu_ps(totals + r * kTile + 8 * h, total);
+      if (top == 0.0f || !(inverse <= std::numeric_limits<float>::max())) {
+        std::fill(q, q + kGroup, int8_t(0));
+        held.d[at] = held.s[at] = 0.0f;
+        continue;
+      }
+      __m256i sum = _mm256_setzero_si256();
+      alignas(32) int32_t ints[kGroup];
+      for (int i = 0; i < kGroup / 8; ++i) {
+        // to nearest, ties to even (MXCSR's default); |x| * (127 / top) stays below 127.5
+        const __m256i qi = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], _mm256_set1_ps(inverse)));
+        sum = _mm256_add_epi32(sum, qi);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(ints + 8 * i), qi);
+      }
+      for (int i = 0; i < kGroup; ++i) q[i] = int8_t(ints[i]);
+      alignas(32) int32_t sums[8];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(sums), sum);
+      int32_t total = 0;
+      for (int32_t part : sums) total += part;
+      held.d[at] = top / 127.0f;
+      held.s[at] = held.d[at] * static_cast<float>(total);
     }
 }
 
-// groups_rows<1, G> for one row alone, the levels widened in registers as they are used: no row shares them, so
-// storing and reloading them (half the work of a lone row's product) is saved. The same operations on every lane.
-template <int G>
-void groups_one_row(const float* x, const uint8_t* levels, const uint16_t* scales, const float* sums,
-                    float* totals) {
-  const __m256i nibble = _mm256_set1_epi32(0xF);
-  __m256 dot[G][2];
-  for (int g = 0; g < G; ++g) dot[g][0] = dot[g][1] = _mm256_setzero_ps();
-  for (int p = 0; p < kGroup / 2; ++p)
-    for (int g = 0; g < G; ++g) {
-      const uint8_t* bytes = levels + (g * (kGroup / 2) + p) * kTile;
-      const float* xp = x + g * kGroup + 2 * p;
-      const __m256 odd = _mm256_broadcast_ss(xp + 1), even = _mm256_broadcast_ss(xp);
-      for (int h = 0; h < 2; ++h) {
-        const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(bytes + 8 * h)));
-        const __m256 w_odd = _mm256_cvtepi32_ps(_mm256_srli_epi32(b, 4));
-        const __m256 w_even = _mm256_cvtepi32_ps(_mm256_and_si256(b, nibble));
-        dot[g][h] = _mm256_fmadd_ps(even, w_even, _mm256_fmadd_ps(odd, w_odd, dot[g][h]));
-      }
-    }
-  for (int h = 0; h < 2; ++h) {
-    __m256 total = _mm256_loadu_ps(totals + 8 * h);
-    for (int g = 0; g < G; ++g) {
-      total = _mm256_fmadd_ps(dot[g][h], widen8(scales + g * 2 * kTile + 8 * h), total);
-      total = _mm256_fmadd_ps(_mm256_set1_ps(sums[g]), widen8(scales + g * 2 * kTile + kTile + 8 * h), total);
-    }
-    _mm256_storeu_ps(totals + 8 * h, total);
-  }
-}
-
-using GroupsRows = void (*)(const float*, int64_t, const __m256*, const float*, int64_t, float*);
-// [R][G]: G of 1, 2 or 4 groups
-constexpr GroupsRows kGroupsRows[kBlock + 1][kWidened + 1] = {
-    {},
-    {nullptr, groups_rows<1, 1>, groups_rows<1, 2>, nullptr, groups_rows<1, 4>},
-    {nullptr, groups_rows<2, 1>, groups_rows<2, 2>, nullptr, groups_rows<2, 4>},
-    {nullptr, groups_rows<3, 1>, groups_rows<3, 2>, nullptr, groups_rows<3, 4>},
-    {nullptr, groups_rows<4, 1>, groups_rows<4, 2>, nullptr, groups_rows<4, 4>}};
-
-// 8 floats to bf16 as vcvtneps2bf16 rounds them (to nearest even; a NaN stays a quiet NaN of its sign); no
-// denormals reach it under DenormalsFlushed.
+// 8 floats to bf16, rounded to nearest even (a NaN stays a quiet NaN of its sign): c10's rounding, the same
+// operations in every build.
 inline __m128i to_bf16(__m256 v) {
   const __m256i bits = _mm256_castps_si256(v);
   const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
@@ -233,60 +126,114 @@ inline __m128i to_bf16(__m256 v) {
   return _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(half, half), 0x08));
 }
 
-// Every row's product with one tile of 16 channels; x: the rows as floats, totals: room for rows x 16 floats.
-void tile_avx2(const float* x, int64_t rows, int64_t k, const float* sums, const uint8_t* levels,
-               const uint16_t* scales, int64_t groups, uint16_t* out, int64_t n, float* totals) {
-  alignas(32) __m256 w[kWidened * kWidenedGroup];
-  std::fill(totals, totals + rows * kTile, 0.0f);
-  if (rows == 1) {
-    int64_t g = 0;
-    for (; g + 4 <= groups; g += 4)
-      groups_one_row<4>(x + g * kGroup, levels + g * (kGroup / 2) * kTile, scales + g * 2 * kTile, sums + g, totals);
-    for (; g < groups; ++g)
-      groups_one_row<1>(x + g * kGroup, levels + g * (kGroup / 2) * kTile, scales + g * 2 * kTile, sums + g, totals);
-    groups = 0;  // done: only the bf16 results below
-  }
-  for (int64_t g0 = 0; g0 < groups; g0 += kWidened) {
-    const int64_t widened = std::min<int64_t>(kWidened, groups - g0);
-    for (int64_t g = 0; g < widened; ++g)
-      widen_group(levels + (g0 + g) * (kGroup / 2) * kTile, scales + (g0 + g) * 2 * kTile, w + g * kWidenedGroup);
-    for (int64_t r0 = 0; r0 < rows; r0 += kBlock) {
-      const int64_t block = std::min<int64_t>(kBlock, rows - r0);
-      for (int64_t g = 0; g < widened;) {
-        int64_t take = std::min<int64_t>(widened - g, std::max<int64_t>(1, kChains / (2 * block)));
-        take = take >= 4 ? 4 : take >= 2 ? 2 : 1;
-        kGroupsRows[block][take](x + r0 * k + (g0 + g) * kGroup, k, w + g * kWidenedGroup,
-                                 sums + r0 * groups + g0 + g, groups, totals + r0 * kTile);
-        g += take;
-      }
-    }
-  }
-  for (int64_t r = 0; r < rows; ++r)
-    for (int h = 0; h < 2; ++h)
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + r * n + 8 * h), to_bf16(_mm256_loadu_ps(totals + r * kTile + 8 * h)));
+inline void store_bf16(uint16_t* out, __m256 v) { _mm_storeu_si128(reinterpret_cast<__m128i*>(out), to_bf16(v)); }
+
+// One group's contribution to 8 outputs of a row: total + step * (d * dot) + low * s, in this order everywhere.
+inline __m256 add_group(__m256 total, __m256i dot, float d, float s, __m256 step, __m256 low) {
+  const __m256 scaled = _mm256_mul_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(d));
+  return _mm256_fmadd_ps(_mm256_set1_ps(s), low, _mm256_fmadd_ps(scaled, step, total));
 }
 
-// The rows as floats, and each row's sum of x over each group as group_sums makes it (pairs: 0 + odd + even,
-// then the 16 pair sums reduced as _mm512_reduce_add_ps does).
-void widen_rows(const uint16_t* x, int64_t rows, int64_t k, std::vector<float>& xf, std::vector<float>& sums) {
-  const int64_t groups = k / kGroup;
-  xf.resize(rows * k);
-  sums.resize(rows * groups);
-  for (int64_t i = 0; i < rows * k; ++i) xf[i] = llma_lanes::to_f(c10::BFloat16(x[i], c10::BFloat16::from_bits()));
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t g = 0; g < groups; ++g) {
-      const float* xg = xf.data() + r * k + g * kGroup;
-      alignas(32) float pairs[kTile];
-      for (int j = 0; j < kTile; ++j) pairs[j] = (0.0f + xg[2 * j + 1]) + xg[2 * j];  // 0 + (-0) is +0 there too
-      sums[r * groups + g] = llma_lanes::reduce_add_halves(_mm256_load_ps(pairs + 8), _mm256_load_ps(pairs));
+inline int32_t four_bytes(const int8_t* q) {
+  int32_t word;
+  std::memcpy(&word, q, 4);
+  return word;
+}
+
+#if defined(LLMA_Q4_VNNI)
+constexpr int64_t kBlock = 8;  // rows sharing each widened weight: 8 sums and 8 totals in registers
+
+inline __m512 widen_scales(const uint16_t* bf16) {
+  const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bf16));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
+}
+
+// R rows x one tile, the 16 channels in one register: vpdpbusd adds 4 products of a lane's levels and the row's
+// int8 inputs into its 32-bit sum. The float steps are add_group's, 16 lanes at once.
+template <int R>
+void tile_rows(const int8_t* q, int64_t k, const float* d, const float* s, int64_t groups, const uint8_t* levels,
+               const uint16_t* scales, uint16_t* out, int64_t n) {
+  const __m512i nibble = _mm512_set1_epi8(0x0F);
+  __m512 total[R];
+  for (int r = 0; r < R; ++r) total[r] = _mm512_setzero_ps();
+  for (int64_t g = 0; g < groups; ++g) {
+    __m512i dot[R];
+    for (int r = 0; r < R; ++r) dot[r] = _mm512_setzero_si512();
+    for (int64_t o = 0; o < kOctets; ++o) {
+      const __m512i bytes = _mm512_loadu_si512(levels + (g * kOctets + o) * kOctetBytes);
+      const __m512i lo = _mm512_and_si512(bytes, nibble), hi = _mm512_and_si512(_mm512_srli_epi16(bytes, 4), nibble);
+      for (int r = 0; r < R; ++r) {
+        const int8_t* qo = q + r * k + g * kGroup + 8 * o;
+        dot[r] = _mm512_dpbusd_epi32(dot[r], lo, _mm512_set1_epi32(four_bytes(qo)));
+        dot[r] = _mm512_dpbusd_epi32(dot[r], hi, _mm512_set1_epi32(four_bytes(qo + 4)));
+      }
     }
+    const __m512 step = widen_scales(scales + g * 2 * kTile), low = widen_scales(scales + g * 2 * kTile + kTile);
+    for (int r = 0; r < R; ++r) {
+      const __m512 scaled = _mm512_mul_ps(_mm512_cvtepi32_ps(dot[r]), _mm512_set1_ps(d[r * groups + g]));
+      total[r] = _mm512_fmadd_ps(_mm512_set1_ps(s[r * groups + g]), low, _mm512_fmadd_ps(scaled, step, total[r]));
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    store_bf16(out + r * n, _mm512_castps512_ps256(total[r]));
+    store_bf16(out + r * n + 8, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(total[r]), 1)));
+  }
+}
+#else
+constexpr int64_t kBlock = 4;  // rows sharing each widened weight: 4 rows x 2 halves of sums in 8 registers
+
+// R rows x one tile, as two halves of 8 channels: vpmaddubsw adds 2 products of a lane's levels and the row's
+// int8 inputs into 16 bits (at most 2 x 15 x 127), 8 of them add up within the group (at most 30480, no
+// saturation), and vpmaddwd adds a lane's two halves into its 32-bit sum: the integers vpdpbusd gives.
+template <int R>
+void tile_rows(const int8_t* q, int64_t k, const float* d, const float* s, int64_t groups, const uint8_t* levels,
+               const uint16_t* scales, uint16_t* out, int64_t n) {
+  const __m256i nibble = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  __m256 total[R][2];
+  for (int r = 0; r < R; ++r) total[r][0] = total[r][1] = _mm256_setzero_ps();
+  for (int64_t g = 0; g < groups; ++g) {
+    __m256i dot[R][2];
+    for (int r = 0; r < R; ++r) dot[r][0] = dot[r][1] = _mm256_setzero_si256();
+    for (int64_t o = 0; o < kOctets; ++o) {
+      const uint8_t* octet = levels + (g * kOctets + o) * kOctetBytes;
+      __m256i lo[2], hi[2];
+      for (int h = 0; h < 2; ++h) {
+        const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(octet + 32 * h));
+        lo[h] = _mm256_and_si256(bytes, nibble);
+        hi[h] = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble);
+      }
+      for (int r = 0; r < R; ++r) {
+        const int8_t* qo = q + r * k + g * kGroup + 8 * o;
+        const __m256i first = _mm256_set1_epi32(four_bytes(qo)), second = _mm256_set1_epi32(four_bytes(qo + 4));
+        for (int h = 0; h < 2; ++h)
+          dot[r][h] = _mm256_add_epi16(dot[r][h], _mm256_add_epi16(_mm256_maddubs_epi16(lo[h], first),
+                                                                    _mm256_maddubs_epi16(hi[h], second)));
+      }
+    }
+    for (int h = 0; h < 2; ++h) {
+      const __m256 step = bf16x8(scales + g * 2 * kTile + 8 * h), low = bf16x8(scales + g * 2 * kTile + kTile + 8 * h);
+      for (int r = 0; r < R; ++r)
+        total[r][h] = add_group(total[r][h], _mm256_madd_epi16(dot[r][h], ones), d[r * groups + g],
+                                s[r * groups + g], step, low);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int h = 0; h < 2; ++h) store_bf16(out + r * n + 8 * h, total[r][h]);
 }
 #endif
 
-// x (M, K) bf16; levels (N/16, K/2 * 16) uint8: per tile of 16 channels, per pair of inputs, a byte a channel;
-// scales (N/16, K/32, 2, 16) bf16: per tile and group, 16 steps then 16 lows. w[n][i] = level * step + low.
+using TileRows = void (*)(const int8_t*, int64_t, const float*, const float*, int64_t, const uint8_t*,
+                          const uint16_t*, uint16_t*, int64_t);
+template <int... R>
+constexpr std::array<TileRows, sizeof...(R) + 1> tile_table(std::integer_sequence<int, R...>) {
+  return {nullptr, tile_rows<R + 1>...};
+}
+constexpr auto kTileRows = tile_table(std::make_integer_sequence<int, kBlock>{});
+#endif
+
+// x (M, K) bf16; levels (N/16, K/2 * 16) uint8 and scales (N/16, K/32, 2, 16) bf16 as laid out above.
 at::Tensor q4_linear(const at::Tensor& x, const at::Tensor& levels, const at::Tensor& scales) {
-  TORCH_CHECK(q4_available(), "q4_linear: built without AVX512-BF16 or AVX2");
+  TORCH_CHECK(q4_available(), "q4_linear: built without AVX2 and FMA");
   TORCH_CHECK(x.scalar_type() == at::kBFloat16 && x.dim() == 2, "q4_linear: x (M, K) in bf16");
   TORCH_CHECK(levels.scalar_type() == at::kByte && levels.is_contiguous() && levels.dim() == 2,
               "q4_linear: levels (N/16, K*8) uint8");
@@ -296,35 +243,18 @@ at::Tensor q4_linear(const at::Tensor& x, const at::Tensor& levels, const at::Te
   TORCH_CHECK(k % kGroup == 0 && levels.size(1) == k / 2 * kTile && scales.numel() == n * groups * 2,
               "q4_linear: x, levels and scales do not fit together");
   at::Tensor out = at::empty({rows, n}, x.options());
-#if defined(LLMA_Q4_AVX2)
-  const auto* xb = reinterpret_cast<const uint16_t*>(xc.data_ptr<at::BFloat16>());
-  std::vector<float> xf, sums;
-  {
-    DenormalsFlushed flushed;
-    widen_rows(xb, rows, k, xf, sums);
-  }
+#if defined(__AVX2__) && defined(__FMA__)
+  HeldRows held;
+  hold_rows(reinterpret_cast<const uint16_t*>(xc.data_ptr<at::BFloat16>()), rows, k, held);
   const uint8_t* lv = levels.data_ptr<uint8_t>();
   const auto* sc = reinterpret_cast<const uint16_t*>(scales.data_ptr<at::BFloat16>());
   auto* o = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());
   at::parallel_for(0, tiles, 1, [&](int64_t begin, int64_t end) {
-    DenormalsFlushed flushed;
-    std::vector<float> totals(rows * kTile);
     for (int64_t t = begin; t < end; ++t)
-      tile_avx2(xf.data(), rows, k, sums.data(), lv + t * (k / 2) * kTile, sc + t * groups * 2 * kTile, groups,
-                o + t * kTile, n, totals.data());
-  });
-#elif defined(LLMA_Q4)
-  const auto* xb = reinterpret_cast<const uint16_t*>(xc.data_ptr<at::BFloat16>());
-  const std::vector<float> sums = group_sums(xb, rows, k);
-  const uint8_t* lv = levels.data_ptr<uint8_t>();
-  const auto* sc = reinterpret_cast<const uint16_t*>(scales.data_ptr<at::BFloat16>());
-  auto* o = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());
-  const __m512i table = level_table();
-  at::parallel_for(0, tiles, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t)
-      for (int64_t r0 = 0; r0 < rows; r0 += kRows)
-        kTileRows[std::min(kRows, rows - r0)](xb + r0 * k, k, sums.data() + r0 * groups, lv + t * (k / 2) * kTile,
-                                              sc + t * groups * 2 * kTile, groups, table, o + r0 * n + t * kTile, n);
+      for (int64_t r0 = 0; r0 < rows; r0 += kBlock)
+        kTileRows[std::min(kBlock, rows - r0)](held.q.data() + r0 * k, k, held.d.data() + r0 * groups,
+                                               held.s.data() + r0 * groups, groups, lv + t * (k / 2) * kTile,
+                                               sc + t * groups * 2 * kTile, o + r0 * n + t * kTile, n);
   });
 #endif
   return out;
