@@ -256,6 +256,8 @@ def header_section(results: Results) -> str:
         steps += " (short ones unpadded)"
     hf = f", transformers generate (hf_*) in {model.hf_dtype}" if model.hf_dtype else ""
     weights = f", {model.weights} weights" if model.weights != "dense" else ""
+    if model.kernel_paths:
+        weights += f", the lane library's {model.kernel_paths} paths"
     lines = [
         "# LLMA benchmark",
         "",

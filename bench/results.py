@@ -142,6 +142,7 @@ class ModelInfo:
     forward: str = "transformers"  # the engine's forward: "packed" (decoding/packed.py) or transformers'
     weights: str = "dense"  # the packed forward's weight format: "dense" (the dtype), "int8" or "int4"
     padded_steps: bool = True  # short blocks padded to the width (False: measured to keep their bits unpadded)
+    kernel_paths: str = ""  # the lane library's vector paths that ran (decoding.lane_kernel): "avx2", ...; "" none
 
 
 @dataclass

@@ -41,6 +41,7 @@ from bench.results import (
 from bench.summary import grid_cell, summarize
 from bench.workloads import Grounding, Item, Retrieval, prepare_workloads, select_questions
 from data import load_articles, load_questions, load_staff_answers
+from decoding.lane_kernel import kernel_paths
 
 GRID_MATCH_LENS = (1, 2, 3, 4)  # n
 GRID_COPY_LENS = (2, 4, 8, 16, 32)  # k
@@ -212,6 +213,7 @@ def run_bench(config: BenchConfig) -> Results:
         model=ModelInfo(
             decoder.model_id, decoder.dtype, decoder.parameters, decoder.step_width, decoder.hf_dtype,
             decoder.forward, decoder.weights, decoder.padded_steps,
+            (kernel_paths() or "") if decoder.forward == "packed" else "",
         ),
         machine=replace(machine, load_average_at_end=list(os.getloadavg()), llama_cpp=decoder.peer_version),
         settings=settings_of(config, decoder, len(grid_items), workloads.cache_entries),

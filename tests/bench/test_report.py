@@ -231,3 +231,11 @@ def test_the_decoding_rule_is_named_by_the_parts_that_are_on():
     assert rule_text(rule) == ("greedy with dry_multiplier=0.8, dry_base=1.75, dry_allowed_length=2, stop_ngram=16, "
                                "end_after=96, end_bonus=0.05")
     assert rule_text({"end_after": 96, "end_bonus": 0.05}) == "greedy with end_after=96, end_bonus=0.05"
+
+
+def test_the_header_names_the_lane_library_paths_that_ran():
+    model = ModelInfo("test-model", "torch.bfloat16", 1000, step_width=8, forward="packed", weights="q4",
+                      kernel_paths="avx2")
+    header = render_markdown(replace(slow_run(), model=model), PLOTS).splitlines()[2]
+    assert "packed forward, q4 weights, the lane library's avx2 paths with 8-wide decode steps" in header
+    assert "lane library" not in render_markdown(slow_run(), PLOTS)  # none ran: nothing claimed
