@@ -16,7 +16,7 @@ from sqlalchemy import JSON, Engine, Integer, String, Text, delete, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Mapped, mapped_column, sessionmaker
 
-from cache.schema import DB_FILE, Base, UtcDateTime, create_db_engine, utc_now
+from cache.schema import DB_FILE, Base, UtcDateTime, create_db_engine, startup_lock, utc_now
 
 EXPORT_BATCH = 500
 
@@ -128,7 +128,8 @@ class StaffStore:
         data_dir = Path(data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
         engine = create_db_engine(url or f"sqlite:///{data_dir / DB_FILE}")
-        Base.metadata.create_all(engine, tables=STAFF_TABLES)
+        with startup_lock(engine):  # replicas starting at once on a new database would both CREATE TABLE
+            Base.metadata.create_all(engine, tables=STAFF_TABLES)
         return cls(engine)
 
     def close(self) -> None:

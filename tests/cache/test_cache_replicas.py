@@ -5,6 +5,7 @@ import threading
 from cache_helpers import answer
 
 from cache import AnswerCache
+from cache.staff import StaffStore
 
 PASSWORD = "How do I reset my password?"
 PARAPHRASE = "I forgot my password, how can I change it?"
@@ -92,6 +93,33 @@ def test_replicas_opening_at_once_and_writing_at_once_lose_nothing(open_cache, t
     for replica in replicas:
         replica.lookup(PASSWORD)  # catch up
         assert indexed_ids(replica) == stored_ids
+
+
+def test_replicas_creating_the_staff_tables_at_once_on_a_new_database_all_start(store_url, tmp_path):
+    """app.py opens the staff tables first thing; two replicas started together once both ran CREATE TABLE and
+    one failed (PostgreSQL's duplicate pg_type row). They take the startup lock as the cache's schema does."""
+    url = store_url(tmp_path / "shared")
+    stores: list[StaffStore] = []
+    errors: list[Exception] = []
+    start = threading.Barrier(4, timeout=WAIT_S)
+
+    def open_store(number: int) -> None:
+        try:
+            start.wait()
+            stores.append(StaffStore.open(tmp_path / f"r{number}", url))
+        except Exception as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=open_store, args=(number,), daemon=True) for number in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(WAIT_S)
+    try:
+        assert errors == [] and len(stores) == 4
+    finally:
+        for store in stores:
+            store.close()
 
 
 def indexed_ids(cache: AnswerCache) -> set[int]:
