@@ -1,9 +1,8 @@
 """Adding, finding and administering cached answers, with the real embedder, on SQLite and PostgreSQL."""
 
-import threading
 
 import pytest
-from cache_helpers import answer
+from cache_helpers import answer, run_at_once
 
 from cache import AnswerCache, VectorIndex
 from cache.store import INDEX_FILE
@@ -97,12 +96,7 @@ def test_concurrent_writers_keep_rows_and_index_equal(cache, tmp_path):
         except Exception as error:  # any failure, e.g. "database is locked", fails the test below
             errors.append(error)
 
-    threads = [threading.Thread(target=write, args=(worker,), daemon=True) for worker in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(WAIT_S)
-    assert not any(thread.is_alive() for thread in threads), f"writers still writing after {WAIT_S} s"
+    run_at_once(write, 8, WAIT_S, "writing")
     assert errors == []
     assert len(all_ids(cache)) == 80
     assert index_ids(tmp_path / "data") == all_ids(cache)

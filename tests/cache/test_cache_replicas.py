@@ -2,7 +2,7 @@
 
 import threading
 
-from cache_helpers import answer
+from cache_helpers import answer, run_at_once
 
 from cache import AnswerCache
 from cache.staff import StaffStore
@@ -79,12 +79,7 @@ def test_replicas_opening_at_once_and_writing_at_once_lose_nothing(open_cache, t
         except Exception as error:  # any failure (duplicate table, deadlock, ...) fails the test below
             errors.append(error)
 
-    threads = [threading.Thread(target=run, args=(number,), daemon=True) for number in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(WAIT_S)
-    assert not any(thread.is_alive() for thread in threads), f"replicas still writing after {WAIT_S} s"
+    run_at_once(run, 4, WAIT_S, "writing")
     assert errors == []
     questions = sorted(entry.question for entry in replicas[0].list_entries(limit=100).entries)
     expected = [f"Question {n} from replica {r}?" for r in range(4) for n in range(6)]
@@ -110,11 +105,7 @@ def test_replicas_creating_the_staff_tables_at_once_on_a_new_database_all_start(
         except Exception as error:
             errors.append(error)
 
-    threads = [threading.Thread(target=open_store, args=(number,), daemon=True) for number in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(WAIT_S)
+    run_at_once(open_store, 4, WAIT_S, "opening")
     try:
         assert errors == [] and len(stores) == 4
     finally:
