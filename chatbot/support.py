@@ -23,6 +23,10 @@ _MENU = re.compile(r"\b[A-Z][\w ]*?(?: > [A-Z][\w ]*?)+(?=[.,;:)\s]|$)")
 # The control a step tells the customer to use: "Click Set expiry date" names a button the source must name.
 _CONTROL = re.compile(r"\b(?:click|tap|select|choose|press|turn on|turn off|open)(?:ing)?\s+(?:the\s+)?[\"“']?"
                       r"((?:[A-Z][\w'?]*)(?:\s+[\w'?]+){0,3})")
+# ... and what a step tells the customer to click when it is no control's name ("click the link"): the word must be
+# what a source's step clicks, not something near it ("click Delete link").
+_CLICKED = re.compile(r"\b(?i:click|tap|select|choose|press|pick|hit)(?:s|ed|ing)?\s+"
+                      r"(?:(?:on|the|a|an|your|its|their)\s+)*([A-Za-z][\w'-]*)")
 _CAPITALS = re.compile(r"\b[A-Z][A-Z0-9]+\b")  # an acronym or a code: the sources' own, or the customer's
 _QUOTED = re.compile(r"[\"“]([^\"”\n]{2,60})[\"”]")
 # A figure with its unit ("10 GB", "1 month", "$8 per month"): the pair must be in a source, not just the number.
@@ -40,6 +44,16 @@ _LIST_COPY_WORDS, _LIST_DROP_WORDS = 5, 4
 ECHO_SHARE = 0.25
 _LABEL = re.compile(r"^\s*(?:\d{1,2}[.)]\s*)?([A-Z][\w ]{0,30}?):")  # a list item's label: "2. Personal: $8 ..."
 _YES = re.compile(r"^\W*(?:yes|yeah|yep|sure|of course|absolutely)\b", re.I)
+# A negation turns a sentence made of a source's words into its opposite ("so unlinking a desktop app is not
+# possible" beside "Paid plans have no device limit"), which no overlap of words can see: what a sentence negates
+# (the first word after the negation that is not one of _NEGATED_SKIP) must follow a negation in a source, within
+# _NEGATION_REACH words.
+_NEGATION = re.compile(r"\b(?:not|no|never|nothing|none|nor|cannot|unable|(?:can|is|are|does|do|did|was|were|won|"
+                       r"wouldn|couldn|shouldn|isn|aren|doesn|don|didn|wasn|haven|hasn)(?:'|’)?t)\b", re.I)
+_NEGATED_SKIP = frozenset("""a an the be been being to it its any anything able have has had get got yet longer
+always currently really also at all in on of for by with your you i we they this that those these one
+more so very just""".split())
+_NEGATION_REACH = 4
 
 
 @dataclass(frozen=True)
@@ -86,6 +100,8 @@ class Sources:
         plain = "\n".join(_LIST_MARK.sub("", line) for line in joined.splitlines())  # "1." is not a fact
         self.numbers = {_plain_number(n) for n in _NUMBER.findall(plain)}
         self.sentences = [_TOKEN.findall(unit) for unit in text_sentences(plain)]
+        self.clicked = {stem(word.lower()) for word in _CLICKED.findall(joined)}
+        self.negated = {term for _, after in negated_words(joined, _NEGATION_REACH) for term in after}
 
     def holds(self, phrase: str) -> bool:
         return " ".join(phrase.lower().split()) in self.lower
@@ -98,6 +114,7 @@ def check_sentence(sentence: str, sources: Sources, min_overlap: float, min_pair
     missing = unsupported_fact(body, sources)
     if not missing and _YES_NO.match(body) and not sources.holds(body.rstrip(".!")):
         missing = body.split()[0].strip(",.!")
+    negated = "" if missing else unsupported_negation(body, sources)
     words = [w for w in content_words(body) if not w.isdigit()]
     word_stems = [stem(w) for w in words]
     found = sum(1 for term in word_stems if term in sources.stems)
@@ -106,6 +123,8 @@ def check_sentence(sentence: str, sources: Sources, min_overlap: float, min_pair
     paired = sum(1 for pair in pairs if pair in sources.pairs) / len(pairs) if pairs else 1.0
     if missing:
         return SentenceCheck(False, overlap, f"{missing!r} is in no source", paired)
+    if negated:
+        return SentenceCheck(False, overlap, f"says {negated!r}, which no source negates", paired)
     dropped = dropped_name(body, sources)
     if dropped:
         return SentenceCheck(False, overlap, f"leaves {dropped!r} out of its source's list", paired)
@@ -134,6 +153,10 @@ def unsupported_fact(sentence: str, sources: Sources) -> str:
         first = " ".join(control.split()[:2]).rstrip(".,\"”")
         if not sources.holds(first):
             return first
+    for step in _CLICKED.finditer(sentence):
+        clicked = step.group(1)
+        if clicked[0].islower() and stem(clicked) not in sources.clicked:
+            return step.group(0)
     for quoted in _QUOTED.findall(sentence):
         if not sources.holds(quoted.strip(" .,")):
             return quoted
@@ -143,6 +166,25 @@ def unsupported_fact(sentence: str, sources: Sources) -> str:
     for capitals in _CAPITALS.findall(sentence):
         if capitals.lower() not in sources.words:
             return capitals
+    return ""
+
+
+def negated_words(text: str, reach: int) -> list[tuple[str, list[str]]]:
+    """Each negation of `text` with the stems of the `reach` words after it that are not in _NEGATED_SKIP (within
+    its clause)."""
+    found = []
+    for match in _NEGATION.finditer(text):
+        clause = re.split(r"[.,;:!?\n]", text[match.end() :], maxsplit=1)[0]
+        after = [w for w in re.findall(r"[a-z0-9]+", clause.lower()) if w not in _NEGATED_SKIP]
+        found.append((match.group(0), [stem(w) for w in after[:reach]]))
+    return found
+
+
+def unsupported_negation(sentence: str, sources: Sources) -> str:
+    """The first negation of `sentence` with what it negates ("not possible") that no source negates, or ""."""
+    for negation, after in negated_words(sentence, 1):
+        if after and after[0] not in sources.negated:
+            return f"{negation} ... {after[0]}"
     return ""
 
 

@@ -193,7 +193,7 @@ class TurnPlanner:
                 return Unanswered(question, session_id, HANDED_OFF, "needs a sum and no article gives its figures")
             return Unanswered(question, session_id, STAFF_TEXT, "needs a sum: the article's figures", passage)
         article, grounding = grounds.article, grounds.choice.grounding
-        passage = staff_answer(grounding[0]) if grounding else self.passage(grounds)
+        passage = staff_answer(grounding[0]) if grounding else self.passage(grounds, question)
         prompt = build_prompt(
             self.engine.tokenizer, self.settings.system_prompt, article.text if article else None, messages,
             question, self.context_window - self.settings.max_new_tokens,
@@ -302,13 +302,20 @@ class TurnPlanner:
             return ""
         return f"asks what its article {article.id!r} says beyond it ({closest_out:.2f} against {closest_in:.2f})"
 
-    def passage(self, grounds: Grounds) -> Passage | None:
-        """The article's sentences closest to the question, offered as staff's text."""
+    def passage(self, grounds: Grounds, question: str) -> Passage | None:
+        """The article's sentences closest to the question, offered as staff's text. A follow-up's article is the
+        conversation's, and its passage is the sentences closest to the conversation and to the follow-up alike:
+        "and if i pay for personal?" after the Free plan's device limit wants the paid plans' sentence."""
         article = grounds.article
         if article is None:
             return None
         units = text_sentences(article.body)
-        text = best_passage(units, self.cache.similarities(grounds.asked, units)) if units else ""
+        if not units:
+            return None
+        closeness = self.cache.similarities(grounds.asked, units)
+        if question != grounds.asked:
+            closeness = [(a + b) / 2 for a, b in zip(closeness, self.cache.similarities(question, units), strict=True)]
+        text = best_passage(units, closeness)
         return Passage(f"article:{article.id}", article.title, text) if text else None
 
     def references(self, question: str, grounding: list[Hit]) -> list[Hit]:

@@ -199,6 +199,28 @@ def test_a_reply_is_held_back_until_its_sentence_is_checked_and_never_withdrawn(
     assert "99" in check.failed.reason
 
 
+def test_a_sentence_that_negates_what_no_source_negates_is_not_supported():
+    """Every word of it is the article's, yet it says the opposite: the paid plans have no device limit."""
+    sources = Sources([ARTICLES["devices-and-sessions"]], echo="and if i pay for personal?")
+    invented = check_sentence("You can unlink a desktop app from paid plans, so unlinking an old device is not "
+                              "possible.", sources, 0.0)
+    assert not invented.supported and "not" in invented.reason
+    assert not check_sentence("Signing out a desktop app does not stop syncing.", sources, 0.0).supported
+    for said in ("Paid plans have no device limit.",  # the article's own negation
+                 "Personal and Free users can't wipe a device.",  # "cannot wipe", in other words
+                 "The files on that computer no longer update."):
+        assert check_sentence(said, sources, 0.6).supported, said
+
+
+def test_what_a_step_clicks_must_be_what_a_source_s_step_clicks():
+    sources = Sources([ARTICLES["sharing-links"]], echo="how do i stop sharing a link i sent out")
+    near = check_sentence('Click the link and click the "Delete Link" button.', sources, 0.0)
+    assert not near.supported and "Click the link" in near.reason  # the source clicks Delete link, not the link
+    assert check_sentence("Open Share > Link settings and click Delete link.", sources, 0.6).supported
+    assert check_sentence("Hover over the file and click Share.", sources, 0.6).supported
+    assert check_sentence("Click Copy link.", sources, 0.6).supported
+
+
 def test_a_word_in_capitals_must_be_a_source_s_or_the_customer_s():
     sources = Sources(["Enter your company name, postal address or VAT ID. Invoice numbers start with NMB-."],
                       echo="do you sign a HIPAA agreement?")

@@ -94,6 +94,17 @@ def test_a_follow_up_is_retrieved_with_the_question_before_it_even_when_that_was
     assert not after.history  # the handed-off exchange stays out of the prompt
 
 
+def test_a_follow_up_s_passage_is_close_to_the_follow_up_not_only_to_the_question_before(service):
+    """Cut with no approved answer, a follow-up is offered the sentences of the conversation's article closest to
+    the conversation and to the follow-up alike: the refund of the remaining days, not the cancelling again."""
+    first, follow_up = "how do i cancel my plan", "do i get money back for the rest of the month?"
+    grounds = service.planner.grounds_for(f"{first}\n{follow_up}")
+    assert grounds.article.id == "downgrade-or-cancel"
+    refund = "Monthly plans are not refunded for the remaining days"
+    assert refund in service.planner.passage(grounds, follow_up).text
+    assert refund not in service.planner.passage(grounds, grounds.asked).text  # the joined question alone
+
+
 def test_a_strict_check_cuts_and_what_is_shown_is_still_a_prefix(service):
     strict = service.with_settings(sentence_overlap=1.0)
     replies = [served(strict, conversation) for conversation in CONVERSATIONS[:3]]
