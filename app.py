@@ -57,7 +57,8 @@ class Settings(BaseSettings):
     threads: int = Field(2, description="CPU threads of the decoding scheduler.")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: CUDA when visible, else the CPU.")
     dtype: Literal["auto", "float32", "bfloat16"] = Field("auto", description=(
-        "auto: bfloat16 where the CPU (AVX512-BF16 or AMX) or the GPU has bf16 kernels, else float32."))
+        "auto: bfloat16 where the CPU (AVX512-BF16 or AMX) or the GPU has bf16 kernels, or on an AVX2 CPU whose "
+        "weights may be integer (auto, q4, int8, int4), else float32."))
     step_width: str = Field("auto", description=(
         "Every decode forward this many tokens wide; 0: one-token steps (refused in bfloat16, where LLMA would "
         "not equal the rule's decoding). auto: measured by the deployment's first start and kept in its database, "
@@ -180,7 +181,8 @@ class Settings(BaseSettings):
     def device_and_dtype(self) -> tuple[torch.device, torch.dtype]:
         """Where and in what precision the model runs; the forward and width are decided once it is loaded."""
         device = pick_device(self.device)
-        return device, pick_dtype(self.dtype, device)
+        integer_weights = self.weights != "dense" and self.step_width_setting() != ONE_TOKEN
+        return device, pick_dtype(self.dtype, device, integer_weights)
 
     def chat_settings(self) -> ChatSettings:
         return ChatSettings(

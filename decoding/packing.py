@@ -74,12 +74,20 @@ def settle_packing(
         raise ValueError(f"prefill attention is kernel or sdpa, not {prefill_attention!r}")
     if prefill_attention == "kernel" and not lane_kernel:
         raise ValueError("prefills attend through the lane kernel only where decode steps do")
-    # Prefills run dense whatever the steps' format: the int kernels are made for a few rows, and a prompt of
-    # hundreds cost them twice what it costs dense (512 tokens, AMD EPYC: int4 0.88 s, int8 1.03 s, dense 0.45 s).
-    # Greedy and LLMA share the prefill, so replies stay identical; "as the steps" is kept for Verify of replies
-    # made before.
     attention = "kernel" if lane_kernel else "batched" if batched_attention else "sdpa"
-    return Packing("packed", weights, prefill_weights or "dense", attention, prefill_attention)
+    return Packing("packed", weights, prefill_weights or prompt_weights(weights, model.dtype), attention,
+                   prefill_attention)
+
+
+def prompt_weights(weights: str, dtype: torch.dtype) -> str:
+    """The format prompts prefill in when none is asked for. Dense, whatever the steps' format, where bf16 products
+    are native: the int kernels are made for a few rows, and a prompt of hundreds cost them twice what it costs
+    dense (512 tokens, AMD EPYC: int4 0.88 s, int8 1.03 s, dense 0.45 s). Where they are not (AVX2 without
+    AVX-512), dense bf16 is emulated and q4 steps prefill in q4: 480 tokens took 0.50 s against 2.74 s dense
+    (docs/kernels/avx2.md). Greedy and LLMA share the prefill, so replies stay identical either way."""
+    if weights == "q4" and dtype == torch.bfloat16 and not onednn_has_bf16():
+        return "q4"
+    return "dense"
 
 
 @dataclass(frozen=True)

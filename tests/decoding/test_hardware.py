@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from decoding import cpu_features, pick_device, pick_dtype
+from decoding import CpuFeatures, cpu_features, hardware, packing, pick_device, pick_dtype
 
 AMD_AVX2 = "processor\t: 0\nmodel name\t: AMD EPYC 7B12\nflags\t\t: fpu sse2 avx2 fma\n"
 XEON_AMX = "model name\t: Intel Xeon Platinum 8481C\nflags\t\t: avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n"
@@ -31,3 +31,24 @@ def test_pick_device():
     assert pick_device("auto") == torch.device("cuda" if torch.cuda.is_available() else "cpu")
     with pytest.raises(ValueError):
         pick_device("tpu")
+
+
+def test_auto_is_bfloat16_on_an_avx2_cpu_only_where_the_weights_may_be_integer(monkeypatch, tmp_path):
+    """Integer weights multiply no bf16, so an AVX2 CPU without bf16 kernels decodes them in bf16 activations; dense
+    weights, and a CPU without AVX2, stay in float32."""
+    (tmp_path / "amd").write_text(AMD_AVX2)
+    amd = cpu_features(tmp_path / "amd")
+    monkeypatch.setattr(hardware, "cpu_features", lambda: amd)
+    assert pick_dtype("auto", "cpu", integer_weights=True) == torch.bfloat16
+    assert pick_dtype("auto", "cpu") == torch.float32
+    assert pick_dtype("float32", "cpu", integer_weights=True) == torch.float32  # a dtype said is taken as said
+    monkeypatch.setattr(hardware, "cpu_features", lambda: CpuFeatures("old", ()))
+    assert pick_dtype("auto", "cpu", integer_weights=True) == torch.float32
+
+
+def test_q4_steps_prefill_in_q4_where_bf16_products_are_emulated(monkeypatch):
+    for native in (True, False):
+        monkeypatch.setattr(packing, "onednn_has_bf16", lambda native=native: native)
+        assert packing.prompt_weights("q4", torch.bfloat16) == ("dense" if native else "q4")
+        assert packing.prompt_weights("int8", torch.bfloat16) == "dense"
+        assert packing.prompt_weights("dense", torch.float32) == "dense"

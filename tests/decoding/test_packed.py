@@ -23,7 +23,7 @@ from decoding.batch_probe import short_block_mismatches
 from decoding.cost_curve import FLAT_TOLERANCE, STEP_WIDTHS, UNPADDED_WIDTH, CostCurve
 from decoding.engine import StepWidth, needs_padding, pack_model
 from decoding.packed import Lane
-from decoding.packing import packing_refusal
+from decoding.packing import packing_refusal, prompt_weights
 from decoding.prefix_cache import PrefixCache
 from decoding.runners import PackedRunner, open_runner
 from decoding.weights import format_refusal, int4_weight, q4_refusal, q4_weight
@@ -408,8 +408,10 @@ def test_int_formats_prefill_dense_and_their_old_packing_prefills_in_its_own_for
     # the old packing as its replies were made: prompts in its own format, through SDPA
     dense = PackedLlama(model)
     own = PackedLlama(model, weights=weights, prefill_weights=weights, prefill_attention="sdpa")
-    new = PackedLlama(model, weights=weights)
-    assert new.prefill_weights == "dense" and own.prefill_weights == weights
+    # dense where bf16 products are native; q4 steps prefill in q4 where they are emulated (packing.prompt_weights)
+    assert PackedLlama(model, weights=weights).prefill_weights == prompt_weights(weights, torch.bfloat16)
+    new = PackedLlama(model, weights=weights, prefill_weights="dense")
+    assert own.prefill_weights == weights
     assert all(torch.equal(a, b) for a, b in zip(prefilled(new), prefilled(dense), strict=True))
     cache = own.new_cache(128)
     assert own.prompt_part is own.decode_part  # one stack of layers, attending by SDPA for prompts
@@ -448,6 +450,21 @@ def test_a_prompt_prefilled_from_cached_chunks_has_the_bits_of_one_computed_whol
         if tuple(p) in cold:
             assert torch.equal(logits, cold[tuple(p)][0]) and torch.equal(keys, cold[tuple(p)][1])
     assert warm.prefixes.stats.reused_tokens == 448
+
+
+@NO_Q4
+def test_a_q4_prefill_from_cached_chunks_has_the_bits_of_one_computed_whole():
+    """Prompts prefill in q4 where bf16 products are emulated (AVX2): its chunks, taken from the prefix cache, hold
+    the bits they were computed with."""
+    model = make_tiny_model("llama", torch.bfloat16, seed=6)
+    prompt = random_ids(seed=7, n=150)
+    cold = prefill_chunked(PackedLlama(model, weights="q4", prefill_weights="q4"), prompt, 256)
+    warm = PackedLlama(model, weights="q4", prefill_weights="q4")
+    assert prefill_chunked(warm, prompt, 512)[2] == 0
+    logits, keys, reused = prefill_chunked(warm, prompt, 1024)
+    assert reused == 128 and torch.equal(logits, cold[0]) and torch.equal(keys, cold[1])
+    dense = prefill_chunked(PackedLlama(model, weights="q4", prefill_weights="dense"), prompt, 256)
+    assert not torch.equal(keys, dense[1])  # the formats' keys differ: the recipe records which one ran
 
 
 def test_chunks_break_where_the_beginning_ends_and_its_last_chunk_is_kept():
