@@ -307,9 +307,7 @@ class TurnPlanner:
         conversation's, and its passage is the sentences closest to the conversation and to the follow-up alike:
         "and if i pay for personal?" after the Free plan's device limit wants the paid plans' sentence."""
         article = grounds.article
-        if article is None:
-            return None
-        units = text_sentences(article.body)
+        units = text_sentences(article.body) if article else []
         if not units:
             return None
         closeness = self.cache.similarities(grounds.asked, units)
