@@ -248,12 +248,23 @@ def best_passage(units: Sequence[str], closeness: Sequence[float], count: int = 
 def priced_passage(question: str, body: str, vocabulary: Vocabulary, count: int = 2) -> str:
     """The sentences of an article that state a figure and share the most words with the question, a list item
     whose label the question names first ("4. Enterprise: ..." for "enterprise for our 20 person firm", whose
-    "person" would otherwise meet "Personal"): the figures a sum needs."""
-    figured = [unit for unit in text_sentences(body) if _NUMBER.search(_LIST_MARK.sub("", unit))]
+    "person" would otherwise meet "Personal"), and then no other list item ("50 GB" of Personal for "enterprise for
+    50 users"): the figures a sum needs."""
+    figured = [unit for unit in _priced_units(body) if _NUMBER.search(_LIST_MARK.sub("", unit))]
     asked, said = vocabulary.terms(question), f" {' '.join(re.findall(r'[a-z0-9]+', question.lower()))} "
     scores = [(_names_label(unit, said), _score(unit, asked, vocabulary)) for unit in figured]
-    ranked = sorted((i for i in range(len(figured)) if any(scores[i])), key=lambda i: scores[i], reverse=True)[:count]
+    named = any(label for label, _ in scores)
+    kept = [i for i in range(len(figured)) if any(scores[i]) and not (named and not scores[i][0]
+                                                                      and _LIST_MARK.match(figured[i]))]
+    ranked = sorted(kept, key=lambda i: scores[i], reverse=True)[:count]
     return "\n".join(figured[i] for i in sorted(ranked))
+
+
+def _priced_units(body: str) -> list[str]:
+    """A list item whole (its label and every figure after it: "4. Enterprise: custom pricing through our sales
+    team. 5 TB ..."), other text sentence by sentence."""
+    return [unit for line in body.splitlines() if line.strip()
+            for unit in ([line.strip()] if _LIST_MARK.match(line) else text_sentences(line))]
 
 
 def names_a_priced_item(question: str, body: str) -> bool:

@@ -8,7 +8,7 @@ import pytest
 
 from cache.records import HANDED_OFF, STAFF_TEXT
 from chatbot.questions import declined, needs_sum, own_records, reads_as_follow_up
-from chatbot.relevance import Coverage, check_source, swapped_action
+from chatbot.relevance import Coverage, check_source, swapped_action, term_coverage
 from chatbot.shown import shown_after_check
 from chatbot.support import (
     Passage,
@@ -20,7 +20,7 @@ from chatbot.support import (
     sentences,
     text_sentences,
 )
-from chatbot.terms import Vocabulary, words
+from chatbot.terms import Vocabulary, stems, words
 from data import DATA_DIR, load_eval_questions
 
 ARTICLES = json.loads((DATA_DIR / "articles.json").read_text())
@@ -37,6 +37,14 @@ def approved(question: str) -> dict:
 def test_a_customers_words_meet_the_help_centres():
     assert words("cant login, forgot my pw") == ["cant", "sign", "in", "forgot", "my", "password"]
     assert "passw" in VOCABULARY.terms("I forgot my pasword")  # a typo maps to the word the help centre uses
+
+
+def test_an_action_in_other_words_is_the_same_action():
+    """"add" is answered by "Invite members": OPPOSITES puts them on one side; "upgrade" is no "restore"."""
+    team = ARTICLES["team-setup-invite"]
+    assert check_source("how do i add someone to my team", team, VOCABULARY, COVERAGE, FAR).answers
+    assert "invit" not in stems("how do i add someone to my team") and "add" not in stems(team)
+    assert term_coverage("upgrade my plan", "restore your plan", VOCABULARY)[0] < 1.0
 
 
 def test_the_approved_answer_to_a_rewording_answers_it():
@@ -264,6 +272,9 @@ def test_the_passage_for_a_sum_holds_its_figures():
     assert "$8 per month" in priced_passage("2 of us on personal monthly, how much?", body, VOCABULARY)
     storage = priced_passage("budget for enterprise for our 20 person firm, how much pooled storage", body, VOCABULARY)
     assert "5 TB of pooled storage" in storage and "Personal" not in storage  # "person" is not the plan's label
+    enterprise = priced_passage("whats the price of enterprise for 50 users", body, VOCABULARY)
+    assert "custom pricing through our sales team" in enterprise  # the item whole, though its first sentence has
+    assert "Personal" not in enterprise  # no figure; and no other item for its "50 GB"
 
 
 def test_a_passage_is_the_closest_sentences_in_the_articles_order():
