@@ -13,7 +13,7 @@ cheap and explainable to staff:
 import re
 from dataclasses import dataclass
 
-from .terms import DIRECTION_WORDS, Vocabulary, stem, stems
+from .terms import DIRECTION_WORDS, Vocabulary, stems
 
 # Other storage and sharing services customers name: a question about one of them that the help centre never
 # names is about another company's product. Tools customers mention in passing ("my gmail", "on my iPhone") are
@@ -92,17 +92,9 @@ def check_source(question: str, source: str, vocabulary: Vocabulary, least: Cove
     return SourceCheck(True, coverage, f"covers {coverage:.0%} of the question")
 
 
-# One-word actions that OPPOSITES puts on one side: the same action in other words ("add someone to my team" is
-# answered by "Invite members"), so a source saying one of them uses the question's word. Not the side of "upgrade":
-# restoring a cancelled plan and upgrading one are opposites of cancelling, not one action.
-SAME_ACTION = [frozenset(stem(phrase) for phrase in side if " " not in phrase)
-               for pair in OPPOSITES for side in pair if "upgrade" not in side]
-
-
 def term_coverage(question: str, source: str, vocabulary: Vocabulary) -> tuple[float, list[str]]:
     """The weighted share of the question's terms found in `source`, and the words missing from it."""
     found_in = stems(source)
-    found_in |= {term for action in SAME_ACTION if action & found_in for term in action}
     total = hit = 0.0
     missing = []
     # A word the help centre never uses weighs nothing: given weight, it handed off more covered questions (a
