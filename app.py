@@ -27,6 +27,7 @@ from decoding import (
     StepWidth,
     check_lossless,
     in_passing_thread,
+    may_hold_integer_weights,
     one_core_here,
     pick_device,
     pick_dtype,
@@ -181,8 +182,8 @@ class Settings(BaseSettings):
     def device_and_dtype(self) -> tuple[torch.device, torch.dtype]:
         """Where and in what precision the model runs; the forward and width are decided once it is loaded."""
         device = pick_device(self.device)
-        integer_weights = self.weights != "dense" and self.step_width_setting() != ONE_TOKEN
-        return device, pick_dtype(self.dtype, device, integer_weights)
+        integer = may_hold_integer_weights(self.weights, self.step_width_setting())
+        return device, pick_dtype(self.dtype, device, integer)
 
     def chat_settings(self) -> ChatSettings:
         return ChatSettings(

@@ -15,7 +15,6 @@ from decoding import (
     AUTO,
     DEFAULT_PREFIX_CACHE_BYTES,
     NAMED_RULES,
-    ONE_TOKEN,
     REPETITION_OFF,
     AdaptiveCopyPolicy,
     CostCurve,
@@ -31,6 +30,7 @@ from decoding import (
     llma_generate,
     load_engine,
     load_model,
+    may_hold_integer_weights,
     measure_cost_curve,
     pick_dtype,
 )
@@ -100,8 +100,8 @@ class Decoder:
         policy on the engine's cost curve (measured now, before any timing). With `peers`, llama.cpp on the
         GGUF file the engine's weights were dequantized from, with the bench's torch threads."""
         peer = LlamaCppGreedy(bundled_gguf_path(), torch.get_num_threads()) if peers else None  # fails fast
-        integer_weights = weights_setting != "dense" and StepWidth.parse(width_setting) != ONE_TOKEN
-        dtype = pick_dtype(dtype_setting, "cpu", integer_weights)
+        integer = may_hold_integer_weights(weights_setting, StepWidth.parse(width_setting))
+        dtype = pick_dtype(dtype_setting, "cpu", integer)
         # auto: measured now, as at a deployment's first start
         # No prompt chunks kept: each method prefills its prompt itself, or the one timed second would reuse the
         # first one's chunks and look faster than it is.
@@ -306,8 +306,8 @@ RULES = NAMED_RULES  # "off": plain greedy; "dry": the app's default rule
 def app_engine(weights: str = "auto", prefix_cache_bytes: int = DEFAULT_PREFIX_CACHE_BYTES) -> Engine:
     """The bundled model as `make run` runs it on this machine: its dtype, the packed forward, a measured weight
     format and width. `prefix_cache_bytes=0` where a reply and its greedy rerun are timed against each other."""
-    return load_engine(dtype=pick_dtype("auto", "cpu", weights != "dense"), width=AUTO, weights=weights,
-                       prefix_cache_bytes=prefix_cache_bytes)
+    dtype = pick_dtype("auto", "cpu", may_hold_integer_weights(weights, AUTO))
+    return load_engine(dtype=dtype, width=AUTO, weights=weights, prefix_cache_bytes=prefix_cache_bytes)
 
 
 def decoding_rule(name: str) -> RepetitionRule:

@@ -254,8 +254,8 @@ def priced_passage(question: str, body: str, vocabulary: Vocabulary, count: int 
     asked, said = vocabulary.terms(question), f" {' '.join(re.findall(r'[a-z0-9]+', question.lower()))} "
     scores = [(_names_label(unit, said), _score(unit, asked, vocabulary)) for unit in figured]
     named = any(label for label, _ in scores)
-    kept = [i for i in range(len(figured)) if any(scores[i]) and not (named and not scores[i][0]
-                                                                      and _LIST_MARK.match(figured[i]))]
+    kept = [i for i, (label, score) in enumerate(scores)
+            if label or (score and not (named and _LIST_MARK.match(figured[i])))]
     ranked = sorted(kept, key=lambda i: scores[i], reverse=True)[:count]
     return "\n".join(figured[i] for i in sorted(ranked))
 

@@ -16,6 +16,7 @@ from .engine import (
     check_lossless,
     forward_name,
     load_engine,
+    may_hold_integer_weights,
     weights_name,
 )
 from .greedy import greedy_generate, scheduled_greedy
@@ -73,6 +74,7 @@ __all__ = [
     "llma_generate",
     "llma_stream",
     "load_engine",
+    "may_hold_integer_weights",
     "load_model",
     "load_or_measure",
     "measure_cost_curve",

@@ -208,6 +208,12 @@ def needs_padding(forward, step_width: int | None) -> bool:
     return not short_blocks_keep_their_bits(forward, step_width)
 
 
+def may_hold_integer_weights(weights: str, width: StepWidth) -> bool:
+    """Whether the packed forward may hold int weights under these settings (what `pick_dtype` asks): one-token steps
+    run transformers' forward, dense only."""
+    return weights != "dense" and width != ONE_TOKEN
+
+
 def settle_weights(model: torch.nn.Module, weights: str, width: StepWidth, choose_format: WeightsChooser) -> str:
     """The weight format to pack in: "auto" measures where there is a choice; an int format the model or
     the width cannot run is refused with the reason."""
