@@ -16,12 +16,13 @@ from bench.report import GROUNDED_HEADING
 from bench.results import GROUNDED_WORKLOADS, load
 from bench.workloads import WORKLOADS, select_questions
 from data import Question
-from decoding.hardware import pick_dtype
+from tests.formats import EMULATED_BF16, RUN_DTYPE, RUN_WEIGHTS
 from tests.threads import TEST_THREADS
 
 ROOT = Path(__file__).resolve().parents[2]
-# The bench in an int format where the machine decodes in bf16 (int formats need it), dense where it decodes in fp32
-WEIGHTS = "int4" if pick_dtype("auto", "cpu") == torch.bfloat16 else "dense"
+# The bench in an int format where the machine decodes in bf16 (int formats need it): q4 where bf16 is emulated
+# (tests/formats.py), else int4; dense where it decodes in fp32
+WEIGHTS = RUN_WEIGHTS if EMULATED_BF16 else "int4" if RUN_DTYPE == torch.bfloat16 else "dense"
 
 QUESTIONS = [
     {"group": "forgot-password", "question": "How do I reset my password?", "article": "reset"},

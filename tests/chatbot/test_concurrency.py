@@ -10,6 +10,7 @@ import torch
 from chatbot import ChatService, ChatSettings, Reply, Seed
 from decoding import CostCurve, StepWidth, build_engine, load_model
 from tests.decoding.test_bundled_model import QUESTIONS  # five support questions, one per topic
+from tests.formats import RUN_WEIGHTS
 from tests.threads import run_at_once
 
 pytestmark = pytest.mark.slow
@@ -24,11 +25,10 @@ WAIT_S = 300.0  # five 32-token replies take seconds; this only bounds a broken 
 
 @pytest.fixture(scope="module")
 def engine():
-    """The bundled model in bfloat16, packed dense, 4-wide steps: on the Xeon with AMX, where CI runs, its short
-    blocks run unpadded alone and are padded in company (Scheduler.checked); the int formats' kernels there
-    are not probed yet, so the path CI has seen stays the one tested."""
+    """The bundled model in bfloat16, packed dense (q4 where bf16 is emulated: tests/formats.py), 4-wide steps: on
+    the Xeon with AMX its short blocks run unpadded alone and are padded in company (Scheduler.checked)."""
     model, tokenizer = load_model(dtype=torch.bfloat16)
-    return build_engine(model, tokenizer, MODEL_ID, StepWidth.parse(4))
+    return build_engine(model, tokenizer, MODEL_ID, StepWidth.parse(4), weights=RUN_WEIGHTS)
 
 
 @pytest.fixture(scope="module")

@@ -32,13 +32,13 @@ from decoding import (
 )
 from decoding import scheduler as scheduler_module
 from decoding.batch_probe import shared_forward_mismatches, short_block_mismatches
-from decoding.hardware import pick_dtype
 from decoding.lane_kernel import lane_kernel_refusal
 from decoding.packed import Lane
 from decoding.runners import PackedRunner
 from decoding.scheduler import Scheduler, Sharing, scheduled_llma_stream
 from decoding.threads import in_passing_thread, one_core_here
 from decoding.weights import q4_refusal
+from tests.formats import RUN_DTYPE
 from tests.threads import run_at_once
 
 from .invariance import make_tiny_model
@@ -351,10 +351,11 @@ def test_a_reply_abandoned_midway_frees_its_slot():
 
 @pytest.mark.slow
 def test_bundled_replies_in_company_equal_the_replies_alone():
-    """The configuration `make run` picks: the bundled model in its dtype (bf16 where the CPU has bf16 kernels,
-    else fp32), packed, q4 weights where this CPU runs them (else dense), 4-wide steps."""
-    model, tokenizer = load_model(dtype=pick_dtype("auto", "cpu"))
-    packed, eos = PackedLlama(model, weights="q4" if q4_refusal() is None else "dense"), tokenizer.eos_token_id
+    """The configuration `make run` picks: the bundled model in its dtype (bf16 where the CPU has bf16 kernels or
+    AVX2, else fp32), packed, q4 weights where this CPU runs them with bf16 (else dense), 4-wide steps."""
+    model, tokenizer = load_model(dtype=RUN_DTYPE)
+    q4 = q4_refusal() is None and RUN_DTYPE == torch.bfloat16
+    packed, eos = PackedLlama(model, weights="q4" if q4 else "dense"), tokenizer.eos_token_id
     rule = RECOMMENDED_REPETITION_RULE.for_tokenizer(eos, tokenizer)  # the app's rule, grounded numbers included
     options, steps = LlmaOptions(40, eos, repetition=rule), StepConfig(4, cache_len=512)
     prompts = [chat_ids(tokenizer, q) for q in QUESTIONS[:4]]

@@ -1,8 +1,8 @@
 """The configuration `make run` uses on this machine: the bundled model in the dtype it picks (bfloat16 where the
-CPU has bf16 kernels, else float32) on the packed forward, in each weight format and at each width the engine
-may choose (the int formats need bfloat16). transformers' forward in bfloat16, which runs
-for architectures the packed forward does not cover (never for the bundled Llama), is checked on those
-architectures in test_invariance.py."""
+CPU has bf16 kernels or AVX2, else float32) on the packed forward, in each weight format and at each width the
+engine may choose (the int formats need bfloat16; every width in tests/formats.py's format). transformers'
+forward in bfloat16, which runs for architectures the packed forward does not cover (never for the bundled Llama),
+is checked on those architectures in test_invariance.py."""
 
 import pytest
 import torch
@@ -20,7 +20,7 @@ from decoding import (
 )
 from decoding.batch_probe import short_blocks_keep_their_bits
 from decoding.engine import pack_model
-from decoding.hardware import pick_dtype
+from tests.formats import EMULATED_BF16, RUN_DTYPE, RUN_WEIGHTS
 
 from .invariance import differing_positions
 from .test_bundled_model import QUESTIONS, chat_ids
@@ -32,11 +32,18 @@ FLAT = CostCurve(sizes=(8,), seconds=(0.04,), step_width=8)
 
 # (weights, width): every width in STEP_WIDTHS for dense weights; the int formats, whose steps grow dearer with
 # their rows, at the narrower widths (int4 chose W=2 on an Intel Xeon without AMX, where 4 int8 rows cost 1.3x one).
-DTYPE = pick_dtype("auto", "cpu")
+DTYPE = RUN_DTYPE
 INT_SHAPES = [("int8", 2), ("int4", 2), ("int4", 4)]
 NO_INT = pytest.mark.skipif(DTYPE != torch.bfloat16, reason="int formats need bfloat16 (no kernels here)")
-SHAPES = [pytest.param(("dense", w), id=f"packed-dense-w{w}") for w in (2, 4, 8, 16)] + [
-    pytest.param(shape, marks=NO_INT, id=f"packed-{shape[0]}-w{shape[1]}") for shape in INT_SHAPES]  # skipped, said why
+# Where bf16 is emulated, PyTorch's int kernels widen to it at 2-3x q4's cost, and `auto` never picks them: their
+# minutes go to q4's widths, and the tiny models' tests (test_invariance.py) keep their bits checked there.
+EMULATED = pytest.mark.skipif(EMULATED_BF16, reason="int8 and int4 on emulated bf16: auto never picks them here")
+SHAPES = [pytest.param((RUN_WEIGHTS, w), id=f"packed-{RUN_WEIGHTS}-w{w}") for w in (2, 4, 8, 16)] + [
+    pytest.param(shape, marks=[NO_INT, EMULATED], id=f"packed-{shape[0]}-w{shape[1]}")  # skipped, said why
+    for shape in INT_SHAPES]
+# The formats whose short blocks may run unpadded: the int kernels on the Xeons; q4, the format served, where bf16
+# is emulated.
+UNPADDED_SHAPES = [(RUN_WEIGHTS, 4)] if EMULATED_BF16 else INT_SHAPES
 
 
 @pytest.fixture(scope="module")
@@ -90,11 +97,11 @@ def test_llma_equals_fixed_width_decoding_under_the_apps_rule_with_hostile_refer
 
 
 @NO_INT
-@pytest.mark.parametrize(("weights", "width"), INT_SHAPES)
+@pytest.mark.parametrize(("weights", "width"), UNPADDED_SHAPES)
 def test_unpadded_short_blocks_give_the_padded_replies_where_the_probe_allows(packed_as_run, bundled_model,
                                                                               weights, width):
     """Where the start-up probe finds that a row keeps its bits in a shorter block (the int kernels on the
-    Xeons), the engine runs greedy steps and short drafts unpadded: the replies must be the padded ones."""
+    Xeons, q4 on AVX2), the engine runs greedy steps and short drafts unpadded: the replies must be the padded ones."""
     model, tokenizer = packed_as_run(weights), bundled_model[1]
     if not short_blocks_keep_their_bits(model, width):
         pytest.skip("this CPU's kernels change a row's bits with the block's length: its steps stay padded")

@@ -211,11 +211,11 @@ def test_unsupported_models_keep_transformers_forward():
 @pytest.mark.parametrize("weights", ["dense", *INT_FORMATS])
 def test_the_decoder_layers_run_under_torchscript(weights):
     """Eager Python is only the fallback for a torch without TorchScript: here the layers must be scripted, the
-    prompts' (dense where the steps' are an int format) as the steps'."""
+    prompts' (in their own format where it is not the steps', packing.prompt_weights) as the steps'."""
     packed = tiny_packed("qwen2", torch.bfloat16, weights=weights)
     assert isinstance(packed.decode_part.layers, torch.jit.ScriptModule)
     assert isinstance(packed.prompt_part.layers, torch.jit.ScriptModule)
-    assert (packed.prompt_part is packed.decode_part) == (weights == "dense")
+    assert (packed.prompt_part is packed.decode_part) == (prompt_weights(weights, torch.bfloat16) == weights)
 
 
 # Lanes of a shared forward as (rows, cache length, first position): 1..8 rows, each over its own key count (64 to
