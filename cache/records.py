@@ -110,7 +110,8 @@ class EntryPage:
 HANDED_OFF = "handed off"
 # What a customer was shown (the replies' `outcome`): the model's whole reply, its reply cut at the last sentence
 # the sources support, staff's own text shown as such (a help article's passage), the hand-off message, or the
-# decline of a message that tries to change the assistant's instructions. The last three are not decoded.
+# decline of a message that tries to change the assistant's instructions or to have it act on an account's sign-in.
+# The last three are not decoded.
 ANSWERED, CUT, STAFF_TEXT, DECLINED = "answered", "cut", "staff text", "declined"
 OUTCOMES = (ANSWERED, CUT, STAFF_TEXT, HANDED_OFF, DECLINED)
 NOT_DECODED = (STAFF_TEXT, HANDED_OFF, DECLINED)

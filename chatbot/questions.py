@@ -36,6 +36,32 @@ _INJECTION = re.compile(
     r"\b(?:for|of) [\w.+-]+@[\w-]+\.[\w.]+",
     re.I | re.S,
 )
+# Messages that ask the assistant to act on an account's sign-in: to sign in for the customer, to read out or send
+# codes or login details, or to reset or open another person's account; and messages that hand over a password.
+# The assistant can do none of these, and the closest article ("Lost your phone or 2FA device") read as if it
+# could: declined, with a warning not to share credentials. Asking *how* ("how do I reset a member's 2FA as an
+# admin?") is a question, not this.
+_CODES = (r"(?:recovery|backup|2fa|two-factor|verification|login|sign-in) codes?|login (?:details|info)|"
+          r"sign-in details|credentials")
+_OTHERS = (r"(?:her|his|their|my (?:colleague|co-?worker|boss|employee|manager|wife|husband|partner|friend|"
+           r"mum|mom|dad|son|daughter|brother|sister)'?s|[\w.+-]+@[\w-]+\.[\w.]+'?s?)")
+_ACTS_ON_ACCOUNT = re.compile(
+    rf"\bhere'?s my (?:password|pw|passcode|login|{_CODES})\b"
+    r"|\bmy (?:password|pw) (?:is|=)\s*[:\"']?\s*(?=\S*[\d!@#$%^&*])\S{6,}"
+    r"|\b(?:can|could|would|will) (?:you|u|someone|support)\s+(?:please\s+)?(?:just\s+)?(?:log|sign)\s?(?:in|into|on)\b"
+    r"|\b(?:please|pls|just) (?:just )?(?:log|sign)\s?(?:in|into|on)\b"
+    r"|\b(?:log|sign)\s?(?:in|into|on)\b.{0,30}\b(?:for me|as me|on my behalf)\b"
+    rf"|\b(?:read|send|give|tell|e-?mail|text)\b(?: me| us)?(?: back)?(?: out)?\s+(?:my|the|her|his|their)\s+"
+    rf"(?:new\s+)?(?:{_CODES})\b"
+    rf"|\b(?:please|pls|can you|could you|would you|i need you to|you need to)\s+(?:just\s+)?"
+    rf"(?:reset|disable|turn off|remove|unlock|change|open|access)\s+{_OTHERS}\s+(?:nimbus\s+)?"
+    r"(?:account|two-factor|2fa|password|login|drive)"
+    rf"|\b(?:need|get|getting|want) (?:me )?in(?:to)?\s+{_OTHERS}\s+(?:nimbus\s+)?(?:account|drive)",
+    re.I | re.S,
+)
+# What the staff see as the reason for each decline; chatbot/shown.py picks the customer's message by it.
+CHANGES_INSTRUCTIONS = "tries to change the assistant's instructions"
+ACTS_ON_ACCOUNT = "asks the assistant to act on an account's sign-in or codes"
 # A sum: a price asked for a count of seats or months, or two billing periods compared.
 # ... asked as an amount: "I pay by card for 25 seats" asks no sum, nor "saving every file by hand".
 _PRICE = re.compile(r"\b(?:cost|costs|price|prices|how much|total|spend|savings|cheaper|expensive|bill|"
@@ -66,9 +92,11 @@ _FOLLOW_UP = re.compile(r"^\s*(?:and|ok(?:ay)?|so|but|also|then|what about|how a
                         r"|\b(?:it|that|this|those|these|they|them|there)\b", re.I)
 
 
-def declined(question: str) -> bool:
-    """True for a message that tries to change the assistant's instructions."""
-    return bool(_INJECTION.search(question))
+def decline_reason(question: str) -> str:
+    """CHANGES_INSTRUCTIONS or ACTS_ON_ACCOUNT for a message the assistant must decline, else ""."""
+    if _INJECTION.search(question):
+        return CHANGES_INSTRUCTIONS
+    return ACTS_ON_ACCOUNT if _ACTS_ON_ACCOUNT.search(question) else ""
 
 
 def own_records(question: str) -> str:

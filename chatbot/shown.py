@@ -5,13 +5,19 @@ from dataclasses import dataclass
 
 from cache.records import ANSWERED, CUT, DECLINED, HANDED_OFF, STAFF_TEXT
 
+from .questions import ACTS_ON_ACCOUNT, CHANGES_INSTRUCTIONS
 from .support import Passage, ReplyCheck
 
 # Why a question gets the hand-off when no check names a source it failed.
 NOTHING_COVERS = "no approved answer or help article covers this question"
-# What a message that tries to change the assistant's instructions gets, not decoded.
-DECLINE_MESSAGE = ("I can't change how I work or share my instructions. I can help with questions about your Nimbus "
-                   "Drive account, files, sharing and billing.")
+# What a declined message gets, not decoded, by the reason chatbot/questions.py gave.
+DECLINE_MESSAGES = {
+    CHANGES_INSTRUCTIONS: ("I can't change how I work or share my instructions. I can help with questions about your "
+                           "Nimbus Drive account, files, sharing and billing."),
+    ACTS_ON_ACCOUNT: ("I can't sign in to any account, read out or send passwords, codes or login details, or change "
+                      "another person's account. Please don't share your password or codes with anyone, here "
+                      "included. If you can't get into an account, please contact our support team."),
+}
 
 # Shown under a reply that no staff-approved answer backs. The 135M model answers a question nothing covers as
 # readily as one it knows ("Is my data encrypted?": "No, your data is not encrypted"), and told in the prompt to
@@ -62,7 +68,7 @@ def shown_undecoded(outcome: str, reason: str, passage: Passage | None, handoff_
     """What a turn that is not decoded shows: staff's text, the decline or the hand-off message."""
     if outcome == STAFF_TEXT:
         return Shown("", offer(passage, handoff_message, cut=False), outcome, reason)
-    return Shown("", DECLINE_MESSAGE if outcome == DECLINED else handoff_message, outcome, reason)
+    return Shown("", DECLINE_MESSAGES[reason] if outcome == DECLINED else handoff_message, outcome, reason)
 
 
 def offer(passage: Passage | None, handoff_message: str, cut: bool) -> str:

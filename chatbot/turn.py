@@ -24,7 +24,7 @@ from .prompt import (
 from .questions import (
     HelpCentreWords,
     check_question,
-    declined,
+    decline_reason,
     needs_sum,
     own_records,
     reads_as_follow_up,
@@ -177,8 +177,9 @@ class TurnPlanner:
         question = check_question(question, self.settings.max_question_chars)
         conversation = parse_history(history, self.settings.max_question_chars * 4)
         messages = without_hand_offs(conversation, self.settings.handoff_message)
-        if self.settings.check_sources and declined(question):
-            return Unanswered(question, session_id, DECLINED, "tries to change the assistant's instructions")
+        declined = decline_reason(question) if self.settings.check_sources else ""
+        if declined:
+            return Unanswered(question, session_id, DECLINED, declined)
         records = own_records(question) if self.settings.check_sources else ""
         if records:
             return Unanswered(question, session_id, HANDED_OFF, f"asks about the customer's own records ({records!r})")
