@@ -1,19 +1,54 @@
 """The figures a question that needs a sum is given instead of the 135M model's arithmetic: the lines of an article
-that state them ("Team: $12 per user per month or $120 per user per year"), shown as the help centre's own text."""
+that state them ("Team: $12 per user per month or $120 per user per year"), shown as the help centre's own text, and
+the sum worked from them where they settle it (chatbot/sums.py)."""
+
+import re
 
 from cache import AnswerCache
 
 from .prompt import article_in_prompt
 from .questions import reads_as_follow_up
 from .relevance import unknown_product
-from .support import Passage, names_a_priced_item, priced_passage
+from .sums import names_a_discount, priced_line, qualified_alike, users_asked, worked_sum
+from .support import Passage, list_label, names_a_priced_item, priced_passage, priced_units
 from .terms import Vocabulary
 
 
 def sum_figures(question: str, asked: str, article_id: str | None, cache: AnswerCache,
                 vocabulary: Vocabulary) -> Passage | None:
-    """The figures for `question` (retrieved as `asked`) from the article its checks kept (`article_id`), else
-    from the price list of the plan it names; None when neither states them."""
+    """The figures for `question` (retrieved as `asked`) and the sum worked from them: from the article its checks
+    kept (`article_id`), else from the price list of the plan it names; None when neither states them. A question
+    that names a discount the figures found do not state is worked from the help centre's one line that does."""
+    figures = _figures(question, asked, article_id, cache, vocabulary)
+    worked = worked_sum(question, figures.text) if figures else ""
+    if not worked and names_a_discount(question):
+        return discounted_figures(question, cache) or figures
+    return Passage(figures.source, figures.title, figures.text, worked) if figures else None
+
+
+def discounted_figures(question: str, cache: AnswerCache) -> Passage | None:
+    """The help centre's one priced line for the discount and plan the question names ("30% off the Team plan:
+    $8.40 per user per month" for a charity's team), with the sum worked from it; None unless exactly one."""
+    articles = cache.list_articles()
+    plans = {label.lower() for a in articles for unit in priced_units(a.body) if (label := list_label(unit))}
+    said = set(re.findall(r"[a-z]+", question.lower()))
+    named = plans & said
+    found = [(article, unit) for article in articles for unit in priced_units(article.body)
+             if qualified_alike(question, unit) and named <= set(re.findall(r"[a-z]+", unit.lower()))
+             and worked_sum(question, unit)]
+    if len(found) != 1:
+        return None
+    article, unit = found[0]
+    # "30% off the Team plan" states no minimum of seats, the Team plan's line does: fewer users are not worked.
+    minimum = max((priced_line(u).minimum_users for a in articles for u in priced_units(a.body)
+                   if list_label(u).lower() in named), default=0)
+    if users_asked(question) < minimum and not priced_line(unit).minimum_users:
+        return None
+    return Passage(f"article:{article.id}", article.title, unit, worked_sum(question, unit))
+
+
+def _figures(question: str, asked: str, article_id: str | None, cache: AnswerCache,
+             vocabulary: Vocabulary) -> Passage | None:
     article = cache.get_article(article_id) if article_id else None
     text = priced_passage(asked, article.body, vocabulary) if article else ""
     if text:

@@ -221,6 +221,7 @@ class Passage:
     source: str  # "article:<id>" or "answer:<entry id>"
     title: str
     text: str
+    worked: str = ""  # a sum worked from the text's figures (chatbot/sums.py), shown before it
 
 
 def text_sentences(text: str) -> list[str]:
@@ -250,7 +251,7 @@ def priced_passage(question: str, body: str, vocabulary: Vocabulary, count: int 
     whose label the question names first ("4. Enterprise: ..." for "enterprise for our 20 person firm", whose
     "person" would otherwise meet "Personal"), and then no other list item ("50 GB" of Personal for "enterprise for
     50 users"): the figures a sum needs."""
-    figured = [unit for unit in _priced_units(body) if _NUMBER.search(_LIST_MARK.sub("", unit))]
+    figured = [unit for unit in priced_units(body) if _NUMBER.search(_LIST_MARK.sub("", unit))]
     asked, said = vocabulary.terms(question), f" {' '.join(re.findall(r'[a-z0-9]+', question.lower()))} "
     scores = [(_names_label(unit, said), _score(unit, asked, vocabulary)) for unit in figured]
     named = any(label for label, _ in scores)
@@ -260,7 +261,7 @@ def priced_passage(question: str, body: str, vocabulary: Vocabulary, count: int 
     return "\n".join(figured[i] for i in sorted(ranked))
 
 
-def _priced_units(body: str) -> list[str]:
+def priced_units(body: str) -> list[str]:
     """A list item whole (its label and every figure after it: "4. Enterprise: custom pricing through our sales
     team. 5 TB ..."), other text sentence by sentence."""
     return [unit for line in body.splitlines() if line.strip()
@@ -272,6 +273,12 @@ def names_a_priced_item(question: str, body: str) -> bool:
     for "8 person team, how much do we save going annual"): the article states the figures the sum needs."""
     said = f" {' '.join(re.findall(r'[a-z0-9]+', question.lower()))} "
     return any(_NUMBER.search(_LIST_MARK.sub("", unit)) and _names_label(unit, said) for unit in text_sentences(body))
+
+
+def list_label(unit: str) -> str:
+    """A list item's label ("Team" for "3. Team: $12 per user ..."), or ""."""
+    label = _LABEL.match(unit)
+    return label.group(1) if label else ""
 
 
 def _names_label(unit: str, said: str) -> bool:

@@ -192,7 +192,9 @@ class TurnPlanner:
                                   self.cache, self.words.vocabulary())
             if passage is None:
                 return Unanswered(question, session_id, HANDED_OFF, "needs a sum and no article gives its figures")
-            return Unanswered(question, session_id, STAFF_TEXT, "needs a sum: the article's figures", passage)
+            reason = "needs a sum: worked from the article's figures" if passage.worked else \
+                "needs a sum: the article's figures"
+            return Unanswered(question, session_id, STAFF_TEXT, reason, passage)
         article, grounding = grounds.article, grounds.choice.grounding
         passage = staff_answer(grounding[0]) if grounding else self.passage(grounds, question)
         prompt = build_prompt(

@@ -132,3 +132,17 @@ def test_a_sum_no_checked_article_gives_figures_for_gets_the_price_list_of_the_p
     other = "5 of us on the dropbox team plan, what do we pay a year all together"
     assert sum_figures(other, other, None, cache, words) is None
     assert service.planner.plan(other, [], "s").outcome == HANDED_OFF
+
+
+def test_a_sum_is_worked_from_the_quoted_figures_and_a_named_discount_from_the_line_that_states_it(service):
+    words, cache = service.planner.words.vocabulary(), service.cache
+    seats = "How much would 5 people on the team plan cost me per year?"
+    reply = service.ask(seats, [])
+    assert reply.stats.outcome == STAFF_TEXT and "5 users × $120 per user per year = $600 per year" in reply.text
+    assert_shown_as_promised(service, reply)
+    charity = "we're a charity with 10 staff, with your nonprofit discount what would team cost us a year"
+    figures = sum_figures(charity, charity, "plans-and-pricing", cache, words)
+    assert figures.source == "article:discounts" and "$84 per user per year" in figures.text
+    assert figures.worked.endswith("10 users × $84 per user per year = $840 per year.")
+    full_price = "10 of us on team, what would it cost a year"
+    assert "$1,200 per year" in sum_figures(full_price, full_price, "plans-and-pricing", cache, words).worked

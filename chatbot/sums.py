@@ -1,0 +1,196 @@
+"""A sum worked from the help centre's own figures: seats times a price per user, storage per user times seats, or
+the saving of a year billed yearly against twelve months. Every operand is a figure of the quoted passage and every
+step is written out, so the customer can check it against the text quoted under it. Anything the figures cannot
+settle (a discount, tax, another currency, an app store's price, two plans that could be meant) is not worked:
+the customer gets the figures alone, as before."""
+
+import re
+from dataclasses import dataclass
+
+from .support import list_label, priced_units
+
+_WORDS = {"two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9, "ten": 10,
+          "eleven": 11, "twelve": 12, "fifteen": 15, "twenty": 20, "dozen": 12}
+_COUNT = r"(\d{1,3}(?:,\d{3})+|\d{1,6}|" + "|".join(_WORDS) + r")"
+_USERS = re.compile(rf"\b{_COUNT}\s+(?:people|persons?|users?|seats?|members?|employees|staff|colleagues|"
+                    rf"licen[cs]es?|of us|accounts)\b|\bteam of {_COUNT}\b|\b{_COUNT}[- ]person\b"
+                    rf"|\bwe(?:'re| are) {_COUNT}\b", re.I)
+_MONTHS = re.compile(rf"\b{_COUNT}\s+months?\b", re.I)
+_YEARS = re.compile(rf"\b{_COUNT}\s+years?\b", re.I)
+_YEARLY = re.compile(r"\b(?:year|years|yearly|annual|annually|yr)\b", re.I)
+_MONTHLY = re.compile(r"\b(?:month|months|monthly|mo)\b", re.I)
+_SAVING = re.compile(r"\bsav(?:e|es|ing|ings)\b|\bcheaper\b|\bdifference\b", re.I)
+_STORAGE = re.compile(r"\b(?:storage|space|tb|gb|terabytes?|gigabytes?)\b", re.I)
+_MONEY = re.compile(r"\$|\b(?:cost|costs|price|pay|paying|bill|spend|charged?|dollars|save|saving)\b", re.I)
+# What changes a price in ways a plan's figures do not state: the sum is left to the figures.
+_UNSETTLED = re.compile(r"\b(?:coupon|promo\w*|tax|vat|gst|ios|android|iphone|app ?store|google play|euros?|eur|"
+                        r"gbp|pounds?|refund\w*|prorat\w*|credit\w*|add-?on|extra|trial)\b|[£€]", re.I)
+# Who a discounted price is for, as a question says it and as the line that states the price says it. A question
+# that names one is worked only from a line that states that discount, and a discount line only for one that names
+# it.
+QUALIFIERS = (
+    (re.compile(r"\bnon-?profits?\b|\bcharit(?:y|ies|able)\b|\bngo\b", re.I), re.compile(r"\bnonprofits?\b", re.I)),
+    (re.compile(r"\b(?:students?|teachers?|school|college|universit\w*|education\w*|academic)\b", re.I),
+     re.compile(r"\b(?:students?|teachers?)\b", re.I)),
+    (re.compile(r"\b(?:discount\w*|% off|percent off)", re.I), re.compile(r"% off|\bdiscount", re.I)),
+)
+_PRICE = re.compile(r"\$(\d[\d,]*(?:\.\d+)?) per (?:(user|person) per )?(month|year)\b")
+_SIZE = re.compile(r"\b(\d+(?:\.\d+)?) (TB|GB) of (?:pooled )?storage per user\b")
+_MINIMUM = re.compile(r"\bminimum (?:of )?(\d+) users\b")
+
+
+@dataclass(frozen=True)
+class Rate:
+    """A price ("$120 per user per year") or a size ("2 TB of pooled storage per user") as an article states it."""
+
+    amount: float
+    per_user: bool
+    period: str  # "month", "year", or "" for a size
+    unit: str  # "$", "TB" or "GB"
+
+
+@dataclass(frozen=True)
+class PricedLine:
+    """One passage line's figures: what it is called (a list item's label) and what it states."""
+
+    label: str
+    prices: list[Rate]
+    sizes: list[Rate]
+    minimum_users: int
+
+
+def worked_sum(question: str, passage: str) -> str:
+    """The sum `question` asks, worked from the figures of `passage`, or "" when they cannot settle it."""
+    if _UNSETTLED.search(question):
+        return ""
+    lines = [line for unit in priced_units(passage) if qualified_alike(question, unit)
+             for line in [priced_line(unit)] if line.prices or line.sizes]
+    users, months, years = users_asked(question), _count(_MONTHS, question), _count(_YEARS, question)
+    if _STORAGE.search(question) and not _MONEY.search(question):
+        return _storage_sum(_one(line for line in lines if line.sizes), users)
+    line = _one(line for line in lines if line.prices)
+    if line is None:
+        return ""
+    if _SAVING.search(question):
+        # With a discount named, a saving may be against the full price, not the monthly one: not worked.
+        return "" if names_a_discount(question) else _saving_sum(line, users)
+    return _cost_sum(line, users, months, years, _asked_period(question, months, years))
+
+
+def users_asked(question: str) -> int:
+    """How many users the question prices ("5 of us", "a 6 person office"), or 0."""
+    return _count(_USERS, question)
+
+
+def names_a_discount(question: str) -> bool:
+    return any(asked.search(question) for asked, _ in QUALIFIERS)
+
+
+def qualified_alike(question: str, unit: str) -> bool:
+    """Whether the line states the price for whom the question asks: the discount it names, or the full price when
+    it names none."""
+    if any(asked.search(question) and not stated.search(unit) for asked, stated in QUALIFIERS):
+        return False
+    return names_a_discount(question) or not any(stated.search(unit) for _, stated in QUALIFIERS)
+
+
+def priced_line(unit: str) -> PricedLine:
+    minimum = _MINIMUM.search(unit)
+    return PricedLine(
+        list_label(unit),
+        [Rate(_amount(m.group(1)), bool(m.group(2)), m.group(3), "$") for m in _PRICE.finditer(unit)],
+        [Rate(_amount(m.group(1)), True, "", m.group(2)) for m in _SIZE.finditer(unit)],
+        int(minimum.group(1)) if minimum else 0,
+    )
+
+
+def _cost_sum(line: PricedLine, users: int, months: int, years: int, period: str) -> str:
+    """Seats (or one account) times the price for the period asked; both periods when none is asked."""
+    periods = [period] if period else ["month", "year"]
+    rates = [rate for rate in line.prices if rate.period in periods]
+    # Seats priced per account ("5 of us on Personal"), or a price per user asked without a number of users (the
+    # figure itself), is no sum.
+    if not rates or {rate.per_user for rate in rates} != {bool(users)}:
+        return ""
+    seats, steps = _seats(line, users)
+    for rate in rates:
+        times = (months if rate.period == "month" else years) or 1
+        factors = [f"{seats:,} users"] * bool(seats) + [f"{times} {rate.period}s"] * (times > 1)
+        total = rate.amount * (seats or 1) * times
+        per = f"per {rate.period}" if times == 1 else f"for {times} {rate.period}s"
+        steps.append(f"{' × '.join([*factors, _money(rate.amount) + _per(rate)])} = {_money(total)} {per}.")
+    return _labelled(line, " ".join(steps))
+
+
+def _saving_sum(line: PricedLine, users: int) -> str:
+    """Twelve months billed monthly against one year billed yearly, per user and for the seats asked."""
+    monthly = [rate for rate in line.prices if rate.period == "month"]
+    yearly = [rate for rate in line.prices if rate.period == "year"]
+    if len(monthly) != 1 or len(yearly) != 1 or monthly[0].per_user != yearly[0].per_user:
+        return ""
+    month, year = monthly[0], yearly[0]
+    saved = 12 * month.amount - year.amount
+    who = " per user" if month.per_user else ""
+    seats, steps = _seats(line, users)
+    steps.append(f"12 × {_money(month.amount)}{_per(month)} = {_money(12 * month.amount)}{who} a year billed "
+                 f"monthly, against {_money(year.amount)}{who} billed yearly: {_money(saved)}{who} a year less.")
+    if month.per_user and seats > 1:
+        steps.append(f"For {seats:,} users: {seats:,} × {_money(saved)} = {_money(seats * saved)} a year less.")
+    return _labelled(line, " ".join(steps))
+
+
+def _storage_sum(line: PricedLine | None, users: int) -> str:
+    if line is None or not users or len(line.sizes) != 1:
+        return ""
+    size = line.sizes[0]
+    seats, steps = _seats(line, users)
+    total = _number(size.amount * seats)
+    steps.append(f"{seats:,} users × {_number(size.amount)} {size.unit} per user = {total} {size.unit} of storage in "
+                 "all.")
+    return _labelled(line, " ".join(steps))
+
+
+def _seats(line: PricedLine, users: int) -> tuple[int, list[str]]:
+    """The seats billed for `users` (none asked: 0), and the step that says so when a plan's minimum raises them."""
+    seats = max(users, line.minimum_users) if users else 0
+    return seats, [f"the minimum is {seats:,} users, so {users:,} are billed as {seats:,}."] if seats > users else []
+
+
+def _labelled(line: PricedLine, steps: str) -> str:
+    return f"{line.label}: {steps}" if line.label else steps[:1].upper() + steps[1:]
+
+
+def _one(lines) -> PricedLine | None:
+    """The only line that states the figures; two could be meant ("Personal" and "Team"), so neither is."""
+    found = list(lines)
+    return found[0] if len(found) == 1 else None
+
+
+def _count(pattern: re.Pattern, question: str) -> int:
+    found = pattern.search(question)
+    if not found:
+        return 0
+    word = next(group for group in found.groups() if group)
+    word = word.replace(",", "")
+    return int(word) if word.isdigit() else _WORDS[word.lower()]
+
+
+def _asked_period(question: str, months: int, years: int) -> str:
+    yearly, monthly = bool(years or _YEARLY.search(question)), bool(months or _MONTHLY.search(question))
+    return "year" if yearly and not monthly else "month" if monthly and not yearly else ""
+
+
+def _amount(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+def _per(rate: Rate) -> str:
+    return f" per user per {rate.period}" if rate.per_user else f" per {rate.period}"
+
+
+def _money(amount: float) -> str:
+    return f"${amount:,.0f}" if amount == int(amount) else f"${amount:,.2f}"
+
+
+def _number(amount: float) -> str:
+    return f"{amount:,.0f}" if amount == int(amount) else f"{amount:,.1f}"

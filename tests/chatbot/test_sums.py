@@ -1,0 +1,65 @@
+"""Sums worked from the help centre's figures (chatbot/sums.py): every operand is a figure of the passage, and
+anything the figures do not settle is left unworked. Pure text: the shipped articles, no model."""
+
+import json
+import re
+
+import pytest
+
+from chatbot.questions import needs_sum
+from chatbot.sums import worked_sum
+from chatbot.support import priced_units
+from data import DATA_DIR
+
+ARTICLES = json.loads((DATA_DIR / "articles.json").read_text())
+
+
+def line(article: str, starts: str) -> str:
+    return next(unit for unit in priced_units(ARTICLES[article]) if unit.startswith(starts))
+
+
+TEAM = line("plans-and-pricing", "3. Team")
+PERSONAL = line("plans-and-pricing", "2. Personal")
+NONPROFIT = line("discounts", "2. Registered nonprofits")
+STUDENT = line("discounts", "1. Students")
+
+
+@pytest.mark.parametrize(("question", "passage", "result"), [
+    ("how much would team be for 5 of us for a year, paying annually", TEAM, "= $600 per year."),
+    ("we're an office of 12 people, what does team cost a month", TEAM, "12 users × $12 per user per month = $144"),
+    ("just 2 of us on team, what's the monthly bill", TEAM, "so 2 are billed as 3. 3 users × $12"),
+    ("team for a dozen users, how much is it all together", TEAM, "= $144 per month. 12 users × $120"),
+    ("1,500 users on team, yearly total?", TEAM, "1,500 users × $120 per user per year = $180,000 per year."),
+    ("eight people on team for 6 months, what's the total cost", TEAM, "8 users × 6 months × $12"),
+    ("we're 4 on team, how much storage is that all together", TEAM, "4 users × 2 TB per user = 8 TB"),
+    ("how much do i save a year on personal paying yearly vs monthly", PERSONAL, "$96 a year billed monthly, "
+     "against $80 billed yearly: $16 a year less."),
+    ("8 person team. how much do we save going annual", TEAM, "For 8 users: 8 × $24 = $192 a year less."),
+    ("registered charity, 10 staff, what would team cost per year with the nonprofit discount", NONPROFIT,
+     "10 users × $84 per user per year = $840 per year."),
+    ("student, 3 years of uni left. on the student yearly price how much is that in total", STUDENT,
+     "3 years × $40 per year = $120 for 3 years."),
+])
+def test_a_sum_the_figures_settle_is_worked_from_them(question, passage, result):
+    assert needs_sum(question) or "storage" in question
+    worked = worked_sum(question, passage)
+    assert result in worked, worked
+    operands = re.findall(r"(?:× |against )(\$[\d,.]+|[\d.]+ TB)", worked)
+    # Each operand is a figure of the passage, or one worked out in an earlier step.
+    assert operands and all(op in passage or f": {op}" in worked for op in operands), (operands, passage)
+
+
+@pytest.mark.parametrize(("question", "passage"), [
+    ("5 of us on personal, how much a year", PERSONAL),  # Personal is priced per account, not per person
+    ("how much is team per user a year", TEAM),  # the figure itself, no sum
+    ("charity with 10 staff, what's team a year", TEAM),  # a discount the full price does not state
+    ("10 staff on team, what's the yearly cost", NONPROFIT),  # a discount the question does not ask for
+    ("charity with 10 staff, what's team a year", STUDENT),  # another discount
+    ("5 users on team yearly, what's the total with VAT in euros", TEAM),  # tax and currency
+    ("5 users on team plus the extra storage add-on, total a month", TEAM),
+    ("5 users, how much a year", f"{TEAM}\n{PERSONAL}"),  # which plan is meant
+    # A saving with a discount named may be against the full price ("student price instead of the $8 I pay"):
+    ("paying $8 a month for personal now. with the student price paid yearly how much do i save", STUDENT),
+])
+def test_a_sum_the_figures_do_not_settle_is_not_worked(question, passage):
+    assert worked_sum(question, passage) == ""
