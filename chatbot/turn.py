@@ -177,8 +177,7 @@ class TurnPlanner:
         question = check_question(question, self.settings.max_question_chars)
         conversation = parse_history(history, self.settings.max_question_chars * 4)
         messages = without_hand_offs(conversation, self.settings.handoff_message)
-        declined = decline_reason(question) if self.settings.check_sources else ""
-        if declined:
+        if declined := decline_reason(question) if self.settings.check_sources else "":
             return Unanswered(question, session_id, DECLINED, declined)
         records = own_records(question) if self.settings.check_sources else ""
         if records:
@@ -192,9 +191,8 @@ class TurnPlanner:
                                   self.cache, self.words.vocabulary())
             if passage is None:
                 return Unanswered(question, session_id, HANDED_OFF, "needs a sum and no article gives its figures")
-            reason = "needs a sum: worked from the article's figures" if passage.worked else \
-                "needs a sum: the article's figures"
-            return Unanswered(question, session_id, STAFF_TEXT, reason, passage)
+            worked = "worked from " if passage.worked else ""
+            return Unanswered(question, session_id, STAFF_TEXT, f"needs a sum: {worked}the article's figures", passage)
         article, grounding = grounds.article, grounds.choice.grounding
         passage = staff_answer(grounding[0]) if grounding else self.passage(grounds, question)
         prompt = build_prompt(
