@@ -10,7 +10,7 @@ from .prompt import article_in_prompt
 from .questions import reads_as_follow_up
 from .relevance import unknown_product
 from .sums import names_a_discount, priced_line, qualified_alike, users_asked, worked_sum
-from .support import Passage, list_label, names_a_priced_item, priced_passage, priced_units
+from .support import Passage, article_units, list_label, names_a_priced_item, priced_passage
 from .terms import Vocabulary
 
 
@@ -30,17 +30,17 @@ def discounted_figures(question: str, cache: AnswerCache) -> Passage | None:
     """The help centre's one priced line for the discount and plan the question names ("30% off the Team plan:
     $8.40 per user per month" for a charity's team), with the sum worked from it; None unless exactly one."""
     articles = cache.list_articles()
-    plans = {label.lower() for a in articles for unit in priced_units(a.body) if (label := list_label(unit))}
+    plans = {label.lower() for a in articles for unit in article_units(a.body) if (label := list_label(unit))}
     said = set(re.findall(r"[a-z]+", question.lower()))
     named = plans & said
-    found = [(article, unit) for article in articles for unit in priced_units(article.body)
+    found = [(article, unit) for article in articles for unit in article_units(article.body)
              if qualified_alike(question, unit) and named <= set(re.findall(r"[a-z]+", unit.lower()))
              and worked_sum(question, unit)]
     if len(found) != 1:
         return None
     article, unit = found[0]
     # "30% off the Team plan" states no minimum of seats, the Team plan's line does: fewer users are not worked.
-    minimum = max((priced_line(u).minimum_users for a in articles for u in priced_units(a.body)
+    minimum = max((priced_line(u).minimum_users for a in articles for u in article_units(a.body)
                    if list_label(u).lower() in named), default=0)
     if users_asked(question) < minimum and not priced_line(unit).minimum_users:
         return None

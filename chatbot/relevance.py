@@ -30,7 +30,7 @@ OPPOSITES = (
     (("add", "invite"), ("remove", "delete", "kick")),
     (("start", "begin", "resume"), ("stop", "pause", "end")),
     (("show", "unhide"), ("hide",)),
-    (("cancel", "downgrade"), ("restore", "reactivate", "renew", "upgrade")),
+    (("cancel", "downgrade", "down to"), ("restore", "reactivate", "renew", "upgrade")),
     (("share",), ("unshare", "stop sharing")),
     (("lock",), ("unlock",)),
     (("require", "enforce", "force"),

@@ -7,7 +7,7 @@ the customer gets the figures alone, as before."""
 import re
 from dataclasses import dataclass
 
-from .support import list_label, priced_units
+from .support import article_units, list_label
 
 _WORDS = {"two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9, "ten": 10,
           "eleven": 11, "twelve": 12, "fifteen": 15, "twenty": 20, "dozen": 12}
@@ -63,7 +63,7 @@ def worked_sum(question: str, passage: str) -> str:
     """The sum `question` asks, worked from the figures of `passage`, or "" when they cannot settle it."""
     if _UNSETTLED.search(question):
         return ""
-    lines = [line for unit in priced_units(passage) if qualified_alike(question, unit)
+    lines = [line for unit in article_units(passage) if qualified_alike(question, unit)
              for line in [priced_line(unit)] if line.prices or line.sizes]
     users, months, years = users_asked(question), _count(_MONTHS, question), _count(_YEARS, question)
     if _STORAGE.search(question) and not _MONEY.search(question):

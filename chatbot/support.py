@@ -11,6 +11,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .relevance import swapped_action
 from .terms import Vocabulary, content_words, stem, stem_pairs, stems
 
 # A sentence ends at a newline, or at . ! ? followed by a space (not a numbered list's "1." nor "e.g.").
@@ -236,14 +237,31 @@ def text_sentences(text: str) -> list[str]:
 PASSAGE_MARGIN = 0.15
 
 
-def best_passage(units: Sequence[str], closeness: Sequence[float], count: int = 3) -> str:
+def best_passage(units: Sequence[str], closeness: Sequence[float], question: str, count: int = 3) -> str:
     """At most `count` sentences closest in meaning to the question (`closeness`: their cosines), none less close
     than the closest by more than PASSAGE_MARGIN, in the article's order. By the embedding model's cosine they held
     the facts a correct reply needs more often than by shared rare words or as consecutive runs."""
     best = max(closeness)
     near = [i for i in range(len(units)) if closeness[i] >= best - PASSAGE_MARGIN]
-    ranked = sorted(near, key=lambda i: -closeness[i])[:count]
-    return "\n".join(units[i] for i in sorted(ranked))
+    ranked = set(sorted(near, key=lambda i: -closeness[i])[:count])
+    return "\n".join(units[i] for i in sorted(ranked | _whole_lists(units, ranked, question)))
+
+
+def _whole_lists(units: Sequence[str], chosen: set[int], question: str) -> set[int]:
+    """Every item of a list one of whose items is chosen: a step shown alone ("2. Enter the new address")
+    leaves the customer without the step before it ("1. Open Settings > Account > Email address"). Not a list
+    that does the opposite of what is asked (the restore steps beside "delete it for good")."""
+    listed = [bool(_LIST_MARK.match(unit)) for unit in units]
+    whole: set[int] = set()
+    for i in (i for i in chosen if listed[i]):
+        start, end = i, i
+        while start > 0 and listed[start - 1]:
+            start -= 1
+        while end + 1 < len(units) and listed[end + 1]:
+            end += 1
+        if not swapped_action(question, "\n".join(units[start : end + 1]), whole_text=False):
+            whole |= set(range(start, end + 1))
+    return whole
 
 
 def priced_passage(question: str, body: str, vocabulary: Vocabulary, count: int = 2) -> str:
@@ -251,7 +269,7 @@ def priced_passage(question: str, body: str, vocabulary: Vocabulary, count: int 
     whose label the question names first ("4. Enterprise: ..." for "enterprise for our 20 person firm", whose
     "person" would otherwise meet "Personal"), and then no other list item ("50 GB" of Personal for "enterprise for
     50 users"): the figures a sum needs."""
-    figured = [unit for unit in priced_units(body) if _NUMBER.search(_LIST_MARK.sub("", unit))]
+    figured = [unit for unit in article_units(body) if _NUMBER.search(_LIST_MARK.sub("", unit))]
     asked, said = vocabulary.terms(question), f" {' '.join(re.findall(r'[a-z0-9]+', question.lower()))} "
     scores = [(_names_label(unit, said), _score(unit, asked, vocabulary)) for unit in figured]
     named = any(label for label, _ in scores)
@@ -261,9 +279,10 @@ def priced_passage(question: str, body: str, vocabulary: Vocabulary, count: int 
     return "\n".join(figured[i] for i in sorted(ranked))
 
 
-def priced_units(body: str) -> list[str]:
-    """A list item whole (its label and every figure after it: "4. Enterprise: custom pricing through our sales
-    team. 5 TB ..."), other text sentence by sentence."""
+def article_units(body: str) -> list[str]:
+    """An article's passages: a list item whole (its label and every figure after it: "4. Enterprise: custom
+    pricing through our sales team. 5 TB ..."; a step and what it says after it), other text sentence by
+    sentence."""
     return [unit for line in body.splitlines() if line.strip()
             for unit in ([line.strip()] if _LIST_MARK.match(line) else text_sentences(line))]
 

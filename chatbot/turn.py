@@ -33,7 +33,7 @@ from .questions import (
 from .relevance import Coverage, check_source
 from .settings import GROUNDING_REVIEWS, ChatSettings
 from .shown import DEPARTED_NOTICE, FOLLOWED_ENOUGH, NOTHING_COVERS, UNCHECKED_NOTICE
-from .support import Passage, best_passage, text_sentences
+from .support import Passage, article_units, best_passage, text_sentences
 
 # How close in meaning (cosine) the closest sentence of an article must be to the question for the article to
 # answer it alone, without an approved answer. On the tuning part of bench.answers' set every article that answered
@@ -308,13 +308,13 @@ class TurnPlanner:
         conversation's, and its passage is the sentences closest to the conversation and to the follow-up alike:
         "and if i pay for personal?" after the Free plan's device limit wants the paid plans' sentence."""
         article = grounds.article
-        units = text_sentences(article.body) if article else []
+        units = article_units(article.body) if article else []
         if not units:
             return None
         closeness = self.cache.similarities(grounds.asked, units)
         if question != grounds.asked:
             closeness = [(a + b) / 2 for a, b in zip(closeness, self.cache.similarities(question, units), strict=True)]
-        text = best_passage(units, closeness)
+        text = best_passage(units, closeness, question)
         return Passage(f"article:{article.id}", article.title, text) if text else None
 
     def references(self, question: str, grounding: list[Hit]) -> list[Hit]:

@@ -21,6 +21,7 @@ from chatbot.support import (
     Passage,
     ReplyCheck,
     Sources,
+    article_units,
     best_passage,
     check_sentence,
     priced_passage,
@@ -304,10 +305,26 @@ def test_the_passage_for_a_sum_holds_its_figures():
 def test_a_passage_is_the_closest_sentences_in_the_articles_order():
     units = text_sentences(ARTICLES["upload-limits"].split("\n\n", 1)[1])
     closeness = [0.0] * len(units)
-    closeness[4], closeness[1], closeness[7] = 0.9, 0.85, 0.8
-    assert best_passage(units, closeness).splitlines() == [units[1], units[4], units[7]]
+    closeness[2], closeness[1], closeness[7] = 0.9, 0.85, 0.8
+    question = "is there a limit on how big an upload can be"
+    assert best_passage(units, closeness, question).splitlines() == [units[1], units[2], units[7]]
     closeness[1], closeness[7] = 0.76, 0.74  # farther than the margin from the closest: left out
-    assert best_passage(units, closeness).splitlines() == [units[1], units[4]]
+    assert best_passage(units, closeness, question).splitlines() == [units[1], units[2]]
+
+
+def test_a_passage_that_holds_a_step_holds_the_whole_list_of_steps():
+    units = article_units(ARTICLES["change-email"].split("\n\n", 1)[1])
+    second = next(i for i, unit in enumerate(units) if unit.startswith("2. "))
+    closeness = [0.0] * len(units)
+    closeness[second], closeness[-1] = 0.9, 0.88
+    shown = best_passage(units, closeness, "how do i switch my account to my gmail").splitlines()
+    assert [line[:2] for line in shown[:3]] == ["1.", "2.", "3."] and shown[3] == units[-1]
+    assert "Enter it within 24 hours" in shown[2]  # a step whole, with what it says after its first sentence
+    # ... but not the steps of the opposite action: the restore steps beside "delete it for good".
+    units = article_units(ARTICLES["trash-and-restore"].split("\n\n", 1)[1])
+    closeness = [0.9 if "Delete permanently" in unit or unit.startswith("3. ") else 0.0 for unit in units]
+    shown = best_passage(units, closeness, "how do i get rid of a file in trash for good")
+    assert "Delete permanently" in shown and "1. " not in shown and "3. Select it and click Restore" in shown
 
 
 EVALUATION = [*load_eval_questions(), *load_eval_questions(DATA_DIR / "eval_answers_fresh.jsonl")]

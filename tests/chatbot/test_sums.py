@@ -8,14 +8,14 @@ import pytest
 
 from chatbot.questions import needs_sum
 from chatbot.sums import worked_sum
-from chatbot.support import priced_units
+from chatbot.support import article_units
 from data import DATA_DIR
 
 ARTICLES = json.loads((DATA_DIR / "articles.json").read_text())
 
 
 def line(article: str, starts: str) -> str:
-    return next(unit for unit in priced_units(ARTICLES[article]) if unit.startswith(starts))
+    return next(unit for unit in article_units(ARTICLES[article]) if unit.startswith(starts))
 
 
 TEAM = line("plans-and-pricing", "3. Team")
