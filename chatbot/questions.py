@@ -47,7 +47,7 @@ _OTHERS = (r"(?:her|his|their|my (?:colleague|co-?worker|boss|employee|manager|w
            r"mum|mom|dad|son|daughter|brother|sister)'?s|[\w.+-]+@[\w-]+\.[\w.]+'?s?)")
 _ACTS_ON_ACCOUNT = re.compile(
     rf"\bhere'?s my (?:password|pw|passcode|login|{_CODES})\b"
-    r"|\bmy (?:password|pw) (?:is|=)\s*[:\"']?\s*(?=\S*[\d!@#$%^&*])\S{6,}"
+    r"|\b(?:my|her|his|their) (?:password|pw) (?:is|=)\s*[:\"']?\s*(?=\S*[\d!@#$%^&*])\S{6,}"
     r"|\b(?:can|could|would|will) (?:you|u|someone|support)\s+(?:please\s+)?(?:just\s+)?(?:log|sign)\s?(?:in|into|on)\b"
     r"|\b(?:please|pls|just) (?:just )?(?:log|sign)\s?(?:in|into|on)\b"
     r"|\b(?:log|sign)\s?(?:in|into|on)\b.{0,30}\b(?:for me|as me|on my behalf)\b"
@@ -75,9 +75,10 @@ _ADDED = re.compile(r"\b(?:add|adding|added|add-on|extra|on top of|plus)\b.*"
                     r"|\b(?:total|how much|costs?)\b.*\b(?:add|adding|add-on|extra|plus)\b",
                     re.I | re.S)
 _COMPARE = re.compile(r"\b(?:difference|compared?|versus|vs\.?|instead of|rather than|than)\b", re.I)
-# ... or a saving between billing periods ("how much do I save a year if I switch Personal to annual").
-_SAVING = re.compile(r"\bsav(?:e|es|ing)\b.*\b(?:annual|annually|yearly|monthly)\b"
-                     r"|\b(?:annual|annually|yearly|monthly)\b.*\bsav(?:e|es|ing)\b", re.I | re.S)
+# ... or a saving between billing periods ("how much do I save a year if I switch Personal to annual", "is monthly
+# or yearly cheaper").
+_SAVING = re.compile(r"\b(?:sav(?:e|es|ing)|cheaper)\b.*\b(?:annual|annually|yearly|monthly)\b"
+                     r"|\b(?:annual|annually|yearly|monthly)\b.*\b(?:sav(?:e|es|ing)|cheaper)\b", re.I | re.S)
 # A question about the customer's own records, which only staff can look up: an invoice, order or ticket number,
 # or "which e-mail did I use", "check my account". The help centre answers how things work, never what one
 # account holds, and the nearest how-to is not an answer to it.

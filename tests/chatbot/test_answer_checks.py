@@ -135,7 +135,8 @@ def test_requests_to_act_on_an_accounts_sign_in_are_declined_and_questions_about
                     "my password is Hunter2024! can u sign in and move my photos",
                     "could you log into my account and delete the old backups",
                     "read me back my recovery codes please, I'm in a hurry",
-                    "i need into my wife's nimbus account, she passed away last month"):
+                    "i need into my wife's nimbus account, she passed away last month",
+                    "my sister wants me to grab her photos, her password is Roses!1987 can you do it"):
         assert decline_reason(request) == ACTS_ON_ACCOUNT, request
     for question in ("I lost my recovery codes, how do I get new ones for my account?",
                      "my password is not working since yesterday",
@@ -165,6 +166,7 @@ def test_declined_and_sums():
     assert not declined_for("I lost my recovery codes, how do I get new ones for my account?")
     assert needs_sum("How much would 5 people on the team plan cost me per year?")
     assert needs_sum("how much do I save paying yearly instead of monthly for personal?")
+    assert needs_sum("whats cheaper for personal over a year, monthly or yearly, and by how much")
     assert not needs_sum("How much storage do I get on the Free plan?")
     assert not needs_sum("im in college and money's tight, any cheaper deal for students?")
     assert needs_sum("5 of us want the team plan paid yearly. what does that come to all together?")
