@@ -191,6 +191,12 @@ def report_markdown(results: dict) -> str:
         for kind, counts in results["kinds"][split].items():
             lines.append(f"| {kind} | {counts['questions']} | {counts[CORRECT]} | {counts[WRONG]} | {counts[HANDED]} |")
         lines.append("")
+    if results.get("files"):
+        lines += ["## By file", "", "| file (split) | questions | wrong of all | correct of answerable | handed off of "
+                  "uncovered | median seconds |", "|---|---|---|---|---|---|"]
+        lines += [f"| {name} | " + " | ".join(str(v) for v in part.values()) + " |"
+                  for name, part in results["files"].items()]
+        lines.append("")
     if results.get("curve"):
         lines += ["## Wrong against handed off over the sentence check's threshold (all questions)", "",
                   "| measure | threshold | correct | wrong | handed off |", "|---|---|---|---|---|"]
@@ -206,11 +212,18 @@ def report_markdown(results: dict) -> str:
     return "\n".join(lines)
 
 
-def results_of(asked: list[Asked], questions: dict[str, EvalQuestion], command: str, points: list[dict]) -> dict:
+def results_of(asked: list[Asked], questions: dict[str, EvalQuestion], command: str, points: list[dict],
+               sources: dict[str, str]) -> dict:
+    """The summary by split, and by file and split (`sources`: each question's file) when there are several."""
     by_split = {split: [a for a in asked if a.split == split] for split in ("tune", "holdout")}
+    parts: dict[str, list[Asked]] = {}
+    for a in asked:
+        parts.setdefault(f"{sources[a.id]} ({a.split})", []).append(a)
     return {
         "machine": machine(), "command": command,
         "summary": {split: summary(part, questions) for split, part in by_split.items()},
+        "files": {name: summary(part, questions) for name, part in parts.items()} if len(set(sources.values())) > 1
+        else {},
         "kinds": {split: {kind: tally([a for a in part if a.kind == kind]) for kind in EVAL_KINDS}
                   for split, part in by_split.items()},
         "curve": points, "asked": [asdict(a) for a in asked],
@@ -230,7 +243,8 @@ def machine() -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--questions", default=None, help="a JSONL file of the same shape (default: the team's)")
+    parser.add_argument("--questions", nargs="+", default=None,
+                        help="JSONL files of the same shape (default: the team's); each is also summed up alone")
     parser.add_argument("--split", choices=("tune", "holdout", "all"), default="all")
     parser.add_argument("--kinds", default="", help="comma-separated kinds (default: all)")
     parser.add_argument("--data-dir", type=Path, default=None, help="reuse this data folder (default: a fresh one)")
@@ -240,7 +254,10 @@ def main(argv: list[str] | None = None) -> None:
                         help="a second run, the sentence check recording only: the curve")
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "answers")
     args = parser.parse_args(argv)
-    questions = load_eval_questions(args.questions) if args.questions else load_eval_questions()
+    files = {path: load_eval_questions(path) for path in args.questions} if args.questions else \
+        {"data/eval_answers.jsonl": load_eval_questions()}
+    questions = [q for file_questions in files.values() for q in file_questions]
+    sources = {q.id: path for path, file_questions in files.items() for q in file_questions}
     kinds = set(args.kinds.split(",")) if args.kinds else set(EVAL_KINDS)
     chosen = [q for q in questions if q.kind in kinds and args.split in ("all", q.split)]
     env = dict(item.split("=", 1) for item in args.env)
@@ -253,7 +270,7 @@ def main(argv: list[str] | None = None) -> None:
             recorded = run_app(chosen, data_dir, {**env, "CHATBOT_CHECK_REPLIES": "record"})
             points = curve(recorded, {q.id: q for q in chosen})
     command = "python -m bench.answers " + " ".join(argv if argv is not None else sys.argv[1:])
-    results = results_of(asked, {q.id: q for q in chosen}, command.strip(), points)
+    results = results_of(asked, {q.id: q for q in chosen}, command.strip(), points, sources)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(results, indent=1))
     (args.out / "report.md").write_text(report_markdown(results))
