@@ -54,6 +54,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                        help="run " + ",".join(PEER_METHODS) + " (the default where llama-cpp-python is installed: "
                        "make peers)")
     peers.add_argument("--no-peers", dest="peers", action="store_false", help="leave the peer rows out")
+    parser.add_argument("--no-step-costs", dest="step_costs", action="store_false",
+                        help="leave out the table of the step beside other widths and kernels")
     parser.add_argument("--redraw", type=Path, default=None, help="a saved results.json: write its report again")
     args = parser.parse_args(argv)
     args.methods = [m.strip() for m in args.methods.split(",") if m.strip()]
@@ -78,7 +80,7 @@ def config_of(args: argparse.Namespace) -> BenchConfig:
         workload=args.workload, articles=args.articles, max_new_tokens=args.max_new_tokens, limit=args.limit,
         methods=args.methods, grid_questions=args.grid_questions, retrieval=Retrieval(args.k, args.threshold),
         repeats=args.repeats, workloads=args.workloads, dtype=args.dtype, rule=args.rule,
-        step_width=args.step_width, weights=args.weights,
+        step_width=args.step_width, weights=args.weights, step_costs=args.step_costs,
     )
 
 

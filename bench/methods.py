@@ -93,12 +93,14 @@ class Decoder:
     def load(
         cls, max_new_tokens: int, peers: bool = False, dtype_setting: str = "auto", width_setting: str = "auto",
         weights_setting: str = "auto",
+        step_costs: bool = True,
     ) -> "Decoder":
         """The bundled model as `make run` runs it on this machine (the packed forward, bfloat16 where the CPU has
         bf16 kernels, W-wide steps of the measured width; the settings override dtype and width), transformers'
         generate on an fp32 copy (its fastest dtype on a CPU), and the adaptive
         policy on the engine's cost curve (measured now, before any timing). With `peers`, llama.cpp on the
-        GGUF file the engine's weights were dequantized from, with the bench's torch threads."""
+        GGUF file the engine's weights were dequantized from, with the bench's torch threads. `step_costs`: the
+        table of the engine's step beside other widths and kernels (tens of seconds on a slow CPU)."""
         peer = LlamaCppGreedy(bundled_gguf_path(), torch.get_num_threads()) if peers else None  # fails fast
         integer = may_hold_integer_weights(weights_setting, StepWidth.parse(width_setting))
         dtype = pick_dtype(dtype_setting, "cpu", integer)
@@ -112,7 +114,7 @@ class Decoder:
         steps = engine.steps(256, max_new_tokens)
         curve = measure_cost_curve(engine.model, steps=steps)
         decoder = cls(engine, max_new_tokens, AdaptiveCopyPolicy(cost=curve), hf_model, peer)
-        decoder.step_costs = compare_step_costs(engine, hf_model, steps)
+        decoder.step_costs = compare_step_costs(engine, hf_model, steps, curve) if step_costs else []
         return decoder
 
     def steps(self, prompt_ids: list[int]) -> StepConfig:
@@ -226,8 +228,9 @@ class Decoder:
         return self.llma_policy.cost.to_json()
 
 
-def compare_step_costs(engine: Engine, fp32_model, steps: StepConfig) -> list[dict]:
-    """The engine's step next to forwards of other widths and kernels, over a 256-token cache.
+def compare_step_costs(engine: Engine, fp32_model, steps: StepConfig, curve: CostCurve) -> list[dict]:
+    """The engine's step (`curve`: its cost curve, measured for the policy) next to forwards of other widths and
+    kernels, over a 256-token cache.
 
     Rows: the engine's W-wide step; the same forward at 1..16 rows (how flat it is); transformers' forward of
     the same weights; transformers' forward in fp32 (what `hf_greedy` runs).
@@ -239,17 +242,16 @@ def compare_step_costs(engine: Engine, fp32_model, steps: StepConfig) -> list[di
     if steps.width:
         shape = f"{steps.width}-wide steps" + ("" if steps.padded else ", short ones unpadded")
         label = f"{dtype}, {engine.recipe.forward}, {shape} (this engine)"
-        curve = measure_cost_curve(model, steps=steps)
         costs.append(_cost_row(label, curve.sizes, curve.seconds))
     if packed:
         seconds = [measure_cost_curve(model, steps=StepConfig(n, steps.cache_len)).seconds[0] for n in sizes]
         costs.append(_cost_row(f"{dtype}, packed, one forward of n rows", sizes, seconds))
     source = engine.source
-    curve = measure_cost_curve(source, sizes=sizes)
-    costs.append(_cost_row(f"{dtype}, transformers, one-token / variable-width", curve.sizes, curve.seconds))
+    own = measure_cost_curve(source, sizes=sizes)
+    costs.append(_cost_row(f"{dtype}, transformers, one-token / variable-width", own.sizes, own.seconds))
     if fp32_model is not source:
-        curve = measure_cost_curve(fp32_model, sizes=sizes)
-        costs.append(_cost_row("float32, transformers, one-token / variable-width", curve.sizes, curve.seconds))
+        fp32 = measure_cost_curve(fp32_model, sizes=sizes)
+        costs.append(_cost_row("float32, transformers, one-token / variable-width", fp32.sizes, fp32.seconds))
     return costs
 
 

@@ -64,6 +64,7 @@ class BenchConfig:
     rule: str = "dry"  # the decoding rule greedy and LLMA share (methods.RULES): the app's by default
     step_width: str = "auto"  # "auto": measured, as a first `make run` does; "0": one-token steps; "W"
     weights: str = "auto"  # "auto": measured, as a first `make run` does; "dense", "int8" or "int4"
+    step_costs: bool = True  # the step-cost table (methods.compare_step_costs)
 
 
 @dataclass(frozen=True)
@@ -189,7 +190,8 @@ def run_bench(config: BenchConfig) -> Results:
     machine = machine_info()
     peers = any(m in PEER_METHODS for m in config.methods)
     # Measures the step width and the forward cost curve once, before any timing.
-    decoder = Decoder.load(config.max_new_tokens, peers, config.dtype, config.step_width, config.weights)
+    decoder = Decoder.load(config.max_new_tokens, peers, config.dtype, config.step_width, config.weights,
+                           config.step_costs)
     decoder.repetition = decoding_rule(config.rule).for_tokenizer(decoder.eos_token_id, decoder.tokenizer)
     clock.lap("load model, measure cost curve")
     articles = load_articles(config.articles)

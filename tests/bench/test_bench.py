@@ -56,7 +56,8 @@ def bench_run(tmp_path_factory) -> Path:
     articles.write_text(json.dumps(ARTICLES))
     bench("--workload", str(workload), "--articles", str(articles), "--out", str(out), "--limit", "1",
           "--max-new-tokens", "8", "--step-width", "4",  # a given width: its measurement is test_packed.py's
-          "--weights", WEIGHTS, "--no-peers", "--threads", str(TEST_THREADS))
+          "--weights", WEIGHTS, "--no-peers", "--threads", str(TEST_THREADS),
+          "--no-step-costs")  # its table is rendered from saved results in test_report.py
     return out
 
 
@@ -157,3 +158,20 @@ def test_the_concurrency_question_sets_hold_distinct_questions_of_their_kind():
     assert not set(novel) & covered
     with pytest.raises(ValueError, match="question set"):
         distinct_questions(4, "popular")
+
+
+def test_the_step_cost_table_puts_the_engines_step_beside_wider_forwards_and_transformers():
+    """The table `python -m bench` writes unless --no-step-costs (left out of the run above), on a tiny model."""
+    from bench.methods import compare_step_costs
+    from decoding import Engine, measure_cost_curve
+    from tests.decoding.test_packed import tiny_packed
+
+    engine = Engine.of(tiny_packed("llama", torch.float32), None, "tiny", step_width=4)
+    steps = engine.steps(256, 8)
+    curve = measure_cost_curve(engine.model, steps=steps)
+    rows = compare_step_costs(engine, engine.source, steps, curve)
+    assert [row["label"] for row in rows] == ["float32, packed, 4-wide steps (this engine)",
+                                              "float32, packed, one forward of n rows",
+                                              "float32, transformers, one-token / variable-width"]
+    assert rows[0]["sizes"] == [4] and rows[1]["sizes"] == [1, 2, 4, 8, 16]
+    assert all(len(row["ms"]) == len(row["sizes"]) and min(row["ms"]) >= 0 for row in rows)
