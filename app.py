@@ -124,7 +124,8 @@ class Settings(BaseSettings):
     handoff_message: str = Field(ChatSettings.handoff_message, description="What a handed-off question gets.")
     check_sources: bool = Field(ChatSettings.check_sources, description=(
         "Check that each article and approved answer answers the question before it goes into the prompt; "
-        "decline messages that try to change the instructions; answer sums with the article's figures."))
+        "decline messages that try to change the instructions or to have the assistant act on an account's sign-in; "
+        "answer sums with the article's figures and the sum worked from them."))
     source_coverage: float = Field(ChatSettings.source_coverage, description=(
         "The share of the question's distinctive words (weighted by rarity in the help centre) a source must "
         "use."))
