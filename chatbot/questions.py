@@ -6,6 +6,7 @@ import re
 from cache import AnswerCache
 
 from .prompt import InputError, Message, clean_text
+from .sums import users_asked
 from .terms import Vocabulary
 
 # Messages that try to change the assistant's instructions: declined, never decoded. The 135M model follows
@@ -15,7 +16,7 @@ from .terms import Vocabulary
 # its policy, or asking for another person's codes or password.
 _INJECTION = re.compile(
     r"\b(?:ignore|disregard|forget|override)\b.{0,40}\b(?:instructions?|rules|prompt|guidelines|above|previous)\b"
-    r"|\bsystem prompt\b|\bdeveloper mode\b|\bjailbreak\b|\bDAN\b|\bpretend (?:you(?:'re| are)|to be)\b"
+    r"|\bsystem prompt\b|\bdeveloper mode\b|\bjailbreak\b|(?-i:\bDAN\b)|\bpretend (?:you(?:'re| are)|to be)\b"
     r"|\byou are now\b|\bact as (?:an? )?(?:admin|administrator|developer|root|system)\b"
     r"|\bsystem (?:override|message|instruction)\b|\b(?:admin|agent|developer|god|sudo|debug|support|staff|test|"
     r"maintenance) mode\b"
@@ -111,8 +112,8 @@ def needs_sum(question: str) -> bool:
     which the 135M model gets wrong: the reply gives the figures instead."""
     if not _PRICE.search(question):
         return False
-    return bool(_COUNT.search(question) or _COMPARE.search(question) or _ADDED.search(question)
-                or _SAVING.search(question))
+    return bool(_COUNT.search(question) or users_asked(question) or _COMPARE.search(question)
+                or _ADDED.search(question) or _SAVING.search(question))
 
 
 def reads_as_follow_up(message: str) -> bool:

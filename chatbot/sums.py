@@ -15,6 +15,9 @@ _COUNT = r"(\d{1,3}(?:,\d{3})+|\d{1,6}|" + "|".join(_WORDS) + r")"
 _USERS = re.compile(rf"\b{_COUNT}\s+(?:people|persons?|users?|seats?|members?|employees|staff|colleagues|"
                     rf"licen[cs]es?|of us|accounts)\b|\bteam of {_COUNT}\b|\b{_COUNT}[- ]person\b"
                     rf"|\bwe(?:'re| are) {_COUNT}\b", re.I)
+# Two people named as the customer and one other ("me and my business partner").
+_PAIR = re.compile(r"\b(?:me|i) and my (?:\w+ )?(?:partner|wife|husband|cofounder|co-founder|colleague|co-?worker|"
+                   r"friend|brother|sister|boss|assistant|associate)\b", re.I)
 _MONTHS = re.compile(rf"\b{_COUNT}\s+months?\b", re.I)
 _YEARS = re.compile(rf"\b{_COUNT}\s+years?\b", re.I)
 _YEARLY = re.compile(r"\b(?:year|years|yearly|annual|annually|yr)\b", re.I)
@@ -35,7 +38,8 @@ QUALIFIERS = (
     (re.compile(r"\b(?:discount\w*|% off|percent off)", re.I), re.compile(r"% off|\bdiscount", re.I)),
 )
 _PRICE = re.compile(r"\$(\d[\d,]*(?:\.\d+)?) per (?:(user|person) per )?(month|year)\b")
-_SIZE = re.compile(r"\b(\d+(?:\.\d+)?) (TB|GB) of (?:pooled )?storage per user\b")
+_SIZES = (re.compile(r"\b(\d+(?:\.\d+)?) (TB|GB) of (?:pooled )?storage per user\b"),
+          re.compile(r"\beach (?:member|user) gets (\d+(?:\.\d+)?) (TB|GB)\b", re.I))
 _MINIMUM = re.compile(r"\bminimum (?:of )?(\d+) users\b")
 
 
@@ -78,8 +82,8 @@ def worked_sum(question: str, passage: str) -> str:
 
 
 def users_asked(question: str) -> int:
-    """How many users the question prices ("5 of us", "a 6 person office"), or 0."""
-    return _count(_USERS, question)
+    """How many users the question prices ("5 of us", "a 6 person office", "me and my partner"), or 0."""
+    return _count(_USERS, question) or 2 * bool(_PAIR.search(question))
 
 
 def names_a_discount(question: str) -> bool:
@@ -99,7 +103,7 @@ def priced_line(unit: str) -> PricedLine:
     return PricedLine(
         list_label(unit),
         [Rate(_amount(m.group(1)), bool(m.group(2)), m.group(3), "$") for m in _PRICE.finditer(unit)],
-        [Rate(_amount(m.group(1)), True, "", m.group(2)) for m in _SIZE.finditer(unit)],
+        [Rate(_amount(m.group(1)), True, "", m.group(2)) for size in _SIZES for m in size.finditer(unit)],
         int(minimum.group(1)) if minimum else 0,
     )
 

@@ -32,6 +32,11 @@ STUDENT = line("discounts", "1. Students")
     ("1,500 users on team, yearly total?", TEAM, "1,500 users × $120 per user per year = $180,000 per year."),
     ("eight people on team for 6 months, what's the total cost", TEAM, "8 users × 6 months × $12"),
     ("we're 4 on team, how much storage is that all together", TEAM, "4 users × 2 TB per user = 8 TB"),
+    ("its just me and my business partner. how much a month would team be for us", TEAM,
+     "so 2 are billed as 3. 3 users × $12 per user per month = $36 per month."),
+    ("if we get team for 4 people how much storage do we get in total",
+     "\n".join(u for u in article_units(ARTICLES["team-setup-invite"]) if "$12" in u or "Each member gets" in u),
+     "4 users × 2 TB per user = 8 TB"),
     ("how much do i save a year on personal paying yearly vs monthly", PERSONAL, "$96 a year billed monthly, "
      "against $80 billed yearly: $16 a year less."),
     ("8 person team. how much do we save going annual", TEAM, "For 8 users: 8 × $24 = $192 a year less."),
