@@ -209,6 +209,11 @@ def test_a_sentence_with_a_figure_no_source_holds_is_not_supported():
     assert not made_up.supported and "500" in made_up.reason
     assert not check_sentence("Uploads are kept for 24 days.", sources, 0.0).supported  # "24 hours" in the source
     assert not check_sentence("Open Settings > Uploads > Limits.", sources, 0.0).supported  # a menu path
+    prices = Sources([ARTICLES["plans-and-pricing"]])
+    misread = check_sentence("The Team plan is $120 per month.", prices, 0.0)  # "$120 per user per year"
+    assert not misread.supported and "$120 per month" in misread.reason
+    assert check_sentence("The Team plan is $120 per user per year.", prices, 0.0).supported
+    assert check_sentence("Team costs $12 a seat per month, and Personal $8 per month.", prices, 0.0).supported
 
 
 def test_a_sentence_that_is_mostly_the_question_said_back_is_not_supported():
