@@ -20,31 +20,29 @@ def sum_figures(question: str, asked: str, article_id: str | None, cache: Answer
     kept (`article_id`), else from the price list of the plan it names; None when neither states them. A question
     that names a discount the figures found do not state is worked from the help centre's one line that does."""
     figures = _figures(question, asked, article_id, cache, vocabulary)
-    worked = worked_sum(question, figures.text) if figures else ""
+    articles = cache.list_articles()
+    plans = frozenset(label.lower() for a in articles for unit in article_units(a.body) if (label := list_label(unit)))
+    worked = worked_sum(question, figures.text, plans) if figures else ""
     if not worked and names_a_discount(question):
-        return discounted_figures(question, cache) or figures
+        return discounted_figures(question, articles, plans) or figures
     return Passage(figures.source, figures.title, figures.text, worked) if figures else None
 
 
-def discounted_figures(question: str, cache: AnswerCache) -> Passage | None:
+def discounted_figures(question: str, articles: list, plans: frozenset[str]) -> Passage | None:
     """The help centre's one priced line for the discount and plan the question names ("30% off the Team plan:
     $8.40 per user per month" for a charity's team), with the sum worked from it; None unless exactly one."""
-    articles = cache.list_articles()
-    plans = {label.lower() for a in articles for unit in article_units(a.body) if (label := list_label(unit))}
-    said = set(re.findall(r"[a-z]+", question.lower()))
-    named = plans & said
-    found = [(article, unit) for article in articles for unit in article_units(article.body)
-             if qualified_alike(question, unit) and named <= set(re.findall(r"[a-z]+", unit.lower()))
-             and worked_sum(question, unit)]
+    found = [(article, unit, worked) for article in articles for unit in article_units(article.body)
+             if qualified_alike(question, unit) and (worked := worked_sum(question, unit, plans))]
     if len(found) != 1:
         return None
-    article, unit = found[0]
+    article, unit, worked = found[0]
     # "30% off the Team plan" states no minimum of seats, the Team plan's line does: fewer users are not worked.
+    named = plans & set(re.findall(r"[a-z]+", question.lower()))
     minimum = max((priced_line(u).minimum_users for a in articles for u in article_units(a.body)
                    if list_label(u).lower() in named), default=0)
     if users_asked(question) < minimum and not priced_line(unit).minimum_users:
         return None
-    return Passage(f"article:{article.id}", article.title, unit, worked_sum(question, unit))
+    return Passage(f"article:{article.id}", article.title, unit, worked)
 
 
 def _figures(question: str, asked: str, article_id: str | None, cache: AnswerCache,

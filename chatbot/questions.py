@@ -6,7 +6,7 @@ import re
 from cache import AnswerCache
 
 from .prompt import InputError, Message, clean_text
-from .sums import users_asked
+from .sums import asks_a_count
 from .terms import Vocabulary
 
 # Messages that try to change the assistant's instructions: declined, never decoded. The 135M model follows
@@ -16,7 +16,9 @@ from .terms import Vocabulary
 # its policy, or asking for another person's codes or password.
 _INJECTION = re.compile(
     r"\b(?:ignore|disregard|forget|override)\b.{0,40}\b(?:instructions?|rules|prompt|guidelines|above|previous)\b"
-    r"|\bsystem prompt\b|\bdeveloper mode\b|\bjailbreak\b|(?-i:\bDAN\b)|\bpretend (?:you(?:'re| are)|to be)\b"
+    r"|\bsystem prompt\b|\bdeveloper mode\b|\bjailbreak\b|\bpretend (?:you(?:'re| are)|to be)\b"
+    r"|\b(?:you are|you're|act as|become|pretend to be)\s+(?:now\s+)?dan\b|\bdo anything now\b"
+    r"|\bnote[\s-]+to[\s-]+(?:the[\s-]+)?(?:ai|assistants?|bots?|chatbots?|llms?|models?)\b"
     r"|\byou are now\b|\bact as (?:an? )?(?:admin|administrator|developer|root|system)\b"
     r"|\bsystem (?:override|message|instruction)\b|\b(?:admin|agent|developer|god|sudo|debug|support|staff|test|"
     r"maintenance) mode\b"
@@ -46,30 +48,33 @@ _CODES = (r"(?:recovery|backup|2fa|two-factor|verification|login|sign-in) codes?
           r"sign-in details|credentials")
 _OTHERS = (r"(?:her|his|their|my (?:colleague|co-?worker|boss|employee|manager|wife|husband|partner|friend|"
            r"mum|mom|dad|son|daughter|brother|sister)'?s|[\w.+-]+@[\w-]+\.[\w.]+'?s?)")
+# The assistant asked to do it ("can you", "please", "just", "i need you to", or an order opening a sentence).
+_ASKED = (r"(?:\b(?:can|could|would|will) (?:you|u|support)|\b(?:please|pls|just)|\bi need you to"
+          r"|(?:^|[.!?]\s+))")
+_SIGN_IN = r"(?:log|sign)[\s-]?(?:in|into|on)\b"
 _ACTS_ON_ACCOUNT = re.compile(
-    rf"\bhere'?s my (?:password|pw|passcode|login|{_CODES})\b"
-    r"|\b(?:my|her|his|their) (?:password|pw) (?:is|=)\s*[:\"']?\s*(?=\S*[\d!@#$%^&*])\S{6,}"
-    r"|\b(?:can|could|would|will) (?:you|u|someone|support)\s+(?:please\s+)?(?:just\s+)?(?:log|sign)\s?(?:in|into|on)\b"
-    r"|\b(?:please|pls|just) (?:just )?(?:log|sign)\s?(?:in|into|on)\b"
-    r"|\b(?:log|sign)\s?(?:in|into|on)\b.{0,30}\b(?:for me|as me|on my behalf)\b"
-    rf"|\b(?:read|send|give|tell|e-?mail|text)\b(?: me| us)?(?: back)?(?: out)?\s+(?:my|the|her|his|their)\s+"
-    rf"(?:new\s+)?(?:{_CODES})\b"
-    rf"|\b(?:please|pls|can you|could you|would you|i need you to|you need to)\s+(?:just\s+)?"
-    rf"(?:reset|disable|turn off|remove|unlock|change|open|access)\s+{_OTHERS}\s+(?:nimbus\s+)?"
-    r"(?:account|two-factor|2fa|password|login|drive)"
-    rf"|\b(?:need|get|getting|want) (?:me )?in(?:to)?\s+{_OTHERS}\s+(?:nimbus\s+)?(?:account|drive)",
+    rf"\bhere(?:'s| is) my (?:password|pw|passcode|{_CODES})\b"
+    r"|\b(?:my|her|his|their) (?:password|pw) (?:is|=)\s*[:\"']?\s*(?=\S*\d|\S*[!@#$%^&*][^\s!?.,])\S{6,}"
+    rf"|\b(?:log|sign) me (?:in|into|on)\b|\b{_SIGN_IN}(?:\s+(?:to|into))?(?:\s+(?:my|her|his|their)(?:\s+\w+)?)?"
+    r"\s+(?:for me|as me|on my behalf)\b"
+    rf"|{_ASKED}\s*(?:please\s+)?(?:just\s+)?(?:{_SIGN_IN}|access|go into|get into)\s*(?:to\s+)?(?:my|her|his|their)\s+"
+    r"(?:nimbus\s+)?(?:account|drive)\b"
+    rf"|{_ASKED}\s*(?:please\s+)?(?:just\s+)?(?:read|send|give|tell|e-?mail|text)(?: me| us)?(?: back)?(?: out)?\s+"
+    rf"(?:my|the|her|his|their)\s+(?:new\s+)?(?:{_CODES})\b"
+    rf"|\b(?:e-?mail|send|text|forward)\s+(?:your|their|his|her|my)\s+(?:{_CODES})\s+to\b"
+    rf"|\bwhat (?:are|is) my (?:{_CODES}|password)\b"
+    rf"|{_ASKED}\s*(?:please\s+)?(?:just\s+)?(?:reset|disable|turn off|remove|unlock|change|open|access)\s+{_OTHERS}\s+"
+    r"(?:nimbus\s+)?(?:account|two-factor|2fa|password|login|drive)"
+    rf"|\b(?:need|want) (?:me )?in(?:to)?\s+{_OTHERS}\s+(?:nimbus\s+)?(?:account|drive)",
     re.I | re.S,
 )
 # What the staff see as the reason for each decline; chatbot/shown.py picks the customer's message by it.
 CHANGES_INSTRUCTIONS = "tries to change the assistant's instructions"
 ACTS_ON_ACCOUNT = "asks the assistant to act on an account's sign-in or codes"
-# A sum: a price asked for a count of seats or months, or two billing periods compared.
+# A sum: a price asked for a count of seats or months (chatbot/sums.py reads them), or two billing periods compared.
 # ... asked as an amount: "I pay by card for 25 seats" asks no sum, nor "saving every file by hand".
 _PRICE = re.compile(r"\b(?:cost|costs|price|prices|how much|total|spend|savings|cheaper|expensive|bill|"
                     r"come to|comes to|altogether|all together|in total)\b", re.I)
-_COUNT = re.compile(r"\b(?:\d+|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|fifteen|twenty|dozen)\s+"
-                    r"(?:people|persons?|users|seats|members|employees|staff|colleagues|licen[cs]es|months|years|"
-                    r"of us|accounts)\b", re.I)
 # ... or an add-on priced on top of a plan ("if I add the extra storage, what's my monthly total?").
 _ADDED = re.compile(r"\b(?:add|adding|added|add-on|extra|on top of|plus)\b.*"
                     r"\b(?:total|how much|costs?|come to|comes to|altogether|all together)\b"
@@ -96,6 +101,7 @@ _FOLLOW_UP = re.compile(r"^\s*(?:and|ok(?:ay)?|so|but|also|then|what about|how a
 
 def decline_reason(question: str) -> str:
     """CHANGES_INSTRUCTIONS or ACTS_ON_ACCOUNT for a message the assistant must decline, else ""."""
+    question = question.replace("\u2019", "'")  # a phone's apostrophe
     if _INJECTION.search(question):
         return CHANGES_INSTRUCTIONS
     return ACTS_ON_ACCOUNT if _ACTS_ON_ACCOUNT.search(question) else ""
@@ -112,7 +118,7 @@ def needs_sum(question: str) -> bool:
     which the 135M model gets wrong: the reply gives the figures instead."""
     if not _PRICE.search(question):
         return False
-    return bool(_COUNT.search(question) or users_asked(question) or _COMPARE.search(question)
+    return bool(asks_a_count(question) or _COMPARE.search(question)
                 or _ADDED.search(question) or _SAVING.search(question))
 
 

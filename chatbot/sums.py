@@ -10,24 +10,32 @@ from dataclasses import dataclass
 from .support import article_units, list_label
 
 _WORDS = {"two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9, "ten": 10,
-          "eleven": 11, "twelve": 12, "fifteen": 15, "twenty": 20, "dozen": 12}
-_COUNT = r"(\d{1,3}(?:,\d{3})+|\d{1,6}|" + "|".join(_WORDS) + r")"
-_USERS = re.compile(rf"\b{_COUNT}\s+(?:people|persons?|users?|seats?|members?|employees|staff|colleagues|"
-                    rf"licen[cs]es?|of us|accounts)\b|\bteam of {_COUNT}\b|\b{_COUNT}[- ]person\b"
-                    rf"|\bwe(?:'re| are) {_COUNT}\b", re.I)
+          "eleven": 11, "twelve": 12, "fifteen": 15, "twenty": 20}
+# A whole count, not the tail of "2.5", "twenty-five" or "100%".
+_COUNT = (r"(?<![\w.,-])(\d{1,3}(?:,\d{3})+|\d{1,6}|" + "|".join(_WORDS) + r")"
+          r"(?![\w%]|\.\d|-(?:\d|one|two|three|four|five|six|seven|eight|nine))")
+_USERS = re.compile(rf"{_COUNT}\s+(?:people|persons?|users?|seats?|members?|employees|staff|colleagues|"
+                    rf"licen[cs]es?|of us|accounts|founders?|partners?|owners?|admins?|managers?|designers?|"
+                    rf"developers?|engineers?|interns?|contractors?|freelancers?|volunteers?|guys|folks)\b"
+                    rf"|\bteam of {_COUNT}|{_COUNT}[- ]person\b|\bwe(?:'re| are) {_COUNT}", re.I)
 # Two people named as the customer and one other ("me and my business partner").
 _PAIR = re.compile(r"\b(?:me|i) and my (?:\w+ )?(?:partner|wife|husband|cofounder|co-founder|colleague|co-?worker|"
                    r"friend|brother|sister|boss|assistant|associate)\b", re.I)
-_MONTHS = re.compile(rf"\b{_COUNT}\s+months?\b", re.I)
-_YEARS = re.compile(rf"\b{_COUNT}\s+years?\b", re.I)
+_MONTHS = re.compile(rf"{_COUNT}\s+months?\b", re.I)
+_YEARS = re.compile(rf"{_COUNT}\s+years?\b", re.I)
 _YEARLY = re.compile(r"\b(?:year|years|yearly|annual|annually|yr)\b", re.I)
 _MONTHLY = re.compile(r"\b(?:month|months|monthly|mo)\b", re.I)
 _SAVING = re.compile(r"\bsav(?:e|es|ing|ings)\b|\bcheaper\b|\bdifference\b", re.I)
 _STORAGE = re.compile(r"\b(?:storage|space|tb|gb|terabytes?|gigabytes?)\b", re.I)
 _MONEY = re.compile(r"\$|\b(?:cost|costs|price|pay|paying|bill|spend|charged?|dollars|save|saving)\b", re.I)
-# What changes a price in ways a plan's figures do not state: the sum is left to the figures.
+# What changes a price in ways a plan's figures do not state, or a count they cannot take ("adding 3 more", "half a
+# year", "2 companies with 5 users each"): the sum is left to the figures.
 _UNSETTLED = re.compile(r"\b(?:coupon|promo\w*|tax|vat|gst|ios|android|iphone|app ?store|google play|euros?|eur|"
-                        r"gbp|pounds?|refund\w*|prorat\w*|credit\w*|add-?on|extra|trial)\b|[£€]", re.I)
+                        r"gbp|pounds?|cad|aud|usd|canadian|australian|currency|exchange|refund\w*|prorat\w*|"
+                        r"credit\w*|add|adding|added|add-?on|extra|trial|back|more|fewer|less|drop\w*|remov\w*|"
+                        r"leav\w*|half|quarter|each|dozen)\b|[£€]|\d\.\d+\s*(?:years?|months?)\b", re.I)
+# A discount the question names without saying whose: the plans' lines do not settle it.
+_SOME_DISCOUNT = re.compile(r"\b(?:discount\w*|deal|offer)\b|% off|percent off", re.I)
 # Who a discounted price is for, as a question says it and as the line that states the price says it. A question
 # that names one is worked only from a line that states that discount, and a discount line only for one that names
 # it.
@@ -35,8 +43,8 @@ QUALIFIERS = (
     (re.compile(r"\bnon-?profits?\b|\bcharit(?:y|ies|able)\b|\bngo\b", re.I), re.compile(r"\bnonprofits?\b", re.I)),
     (re.compile(r"\b(?:students?|teachers?|school|college|universit\w*|education\w*|academic)\b", re.I),
      re.compile(r"\b(?:students?|teachers?)\b", re.I)),
-    (re.compile(r"\b(?:discount\w*|% off|percent off)", re.I), re.compile(r"% off|\bdiscount", re.I)),
 )
+_DISCOUNTED = re.compile(r"% off|\bdiscount", re.I)  # a line that states a discounted price
 _PRICE = re.compile(r"\$(\d[\d,]*(?:\.\d+)?) per (?:(user|person) per )?(month|year)\b")
 _SIZES = (re.compile(r"\b(\d+(?:\.\d+)?) (TB|GB) of (?:pooled )?storage per user\b"),
           re.compile(r"\beach (?:member|user) gets (\d+(?:\.\d+)?) (TB|GB)\b", re.I))
@@ -63,13 +71,17 @@ class PricedLine:
     minimum_users: int
 
 
-def worked_sum(question: str, passage: str) -> str:
-    """The sum `question` asks, worked from the figures of `passage`, or "" when they cannot settle it."""
-    if _UNSETTLED.search(question):
+def worked_sum(question: str, passage: str, plans: frozenset[str] = frozenset()) -> str:
+    """The sum `question` asks, worked from the figures of `passage`, or "" when they cannot settle it. `plans`:
+    the help centre's plan names; a line is used only when it names every plan the question names."""
+    if _UNSETTLED.search(question) or (_SOME_DISCOUNT.search(question) and not names_a_discount(question)):
         return ""
-    lines = [line for unit in article_units(passage) if qualified_alike(question, unit)
+    named = plans & _words(question)
+    lines = [line for unit in article_units(passage) if qualified_alike(question, unit) and named <= _words(unit)
              for line in [priced_line(unit)] if line.prices or line.sizes]
     users, months, years = users_asked(question), _count(_MONTHS, question), _count(_YEARS, question)
+    if users < 0 or months < 0 or years < 0:
+        return ""  # two counts of one kind ("3 founders and 12 employees"): which to take is not said
     if _STORAGE.search(question) and not _MONEY.search(question):
         return _storage_sum(_one(line for line in lines if line.sizes), users)
     line = _one(line for line in lines if line.prices)
@@ -82,8 +94,15 @@ def worked_sum(question: str, passage: str) -> str:
 
 
 def users_asked(question: str) -> int:
-    """How many users the question prices ("5 of us", "a 6 person office", "me and my partner"), or 0."""
-    return _count(_USERS, question) or 2 * bool(_PAIR.search(question))
+    """How many users the question prices ("5 of us", "a 6 person office", "me and my partner"), 0 for none, -1
+    for more than one count."""
+    counts = _counts(_USERS, question) | ({2} if _PAIR.search(question) else set())
+    return counts.pop() if len(counts) == 1 else -1 if counts else 0
+
+
+def asks_a_count(question: str) -> bool:
+    """Whether the question names a number of users, months or years (a sum's operand)."""
+    return bool(users_asked(question) or _counts(_MONTHS, question) or _counts(_YEARS, question))
 
 
 def names_a_discount(question: str) -> bool:
@@ -95,7 +114,7 @@ def qualified_alike(question: str, unit: str) -> bool:
     it names none."""
     if any(asked.search(question) and not stated.search(unit) for asked, stated in QUALIFIERS):
         return False
-    return names_a_discount(question) or not any(stated.search(unit) for _, stated in QUALIFIERS)
+    return names_a_discount(question) or not _DISCOUNTED.search(unit)
 
 
 def priced_line(unit: str) -> PricedLine:
@@ -110,6 +129,8 @@ def priced_line(unit: str) -> PricedLine:
 
 def _cost_sum(line: PricedLine, users: int, months: int, years: int, period: str) -> str:
     """Seats (or one account) times the price for the period asked; both periods when none is asked."""
+    if period == "both":
+        return ""  # "billed monthly, how much a year": the yearly price is not what they pay
     periods = [period] if period else ["month", "year"]
     rates = [rate for rate in line.prices if rate.period in periods]
     # Seats priced per account ("5 of us on Personal"), or a price per user asked without a number of users (the
@@ -120,10 +141,12 @@ def _cost_sum(line: PricedLine, users: int, months: int, years: int, period: str
     for rate in rates:
         times = (months if rate.period == "month" else years) or 1
         factors = [f"{seats:,} users"] * bool(seats) + [f"{times} {rate.period}s"] * (times > 1)
+        if not factors:
+            continue  # nothing to multiply: the figure itself
         total = rate.amount * (seats or 1) * times
         per = f"per {rate.period}" if times == 1 else f"for {times} {rate.period}s"
         steps.append(f"{' × '.join([*factors, _money(rate.amount) + _per(rate)])} = {_money(total)} {per}.")
-    return _labelled(line, " ".join(steps))
+    return _labelled(line, " ".join(steps)) if any("=" in step for step in steps) else ""
 
 
 def _saving_sum(line: PricedLine, users: int) -> str:
@@ -157,7 +180,8 @@ def _storage_sum(line: PricedLine | None, users: int) -> str:
 def _seats(line: PricedLine, users: int) -> tuple[int, list[str]]:
     """The seats billed for `users` (none asked: 0), and the step that says so when a plan's minimum raises them."""
     seats = max(users, line.minimum_users) if users else 0
-    return seats, [f"the minimum is {seats:,} users, so {users:,} are billed as {seats:,}."] if seats > users else []
+    billed = f"the minimum is {seats:,} users, so {users:,} {'is' if users == 1 else 'are'} billed as {seats:,}."
+    return seats, [billed] if seats > users else []
 
 
 def _labelled(line: PricedLine, steps: str) -> str:
@@ -171,17 +195,23 @@ def _one(lines) -> PricedLine | None:
 
 
 def _count(pattern: re.Pattern, question: str) -> int:
-    found = pattern.search(question)
-    if not found:
-        return 0
-    word = next(group for group in found.groups() if group)
-    word = word.replace(",", "")
-    return int(word) if word.isdigit() else _WORDS[word.lower()]
+    """The one count `pattern` finds, 0 for none, -1 for several."""
+    counts = _counts(pattern, question)
+    return counts.pop() if len(counts) == 1 else -1 if counts else 0
+
+
+def _counts(pattern: re.Pattern, question: str) -> set[int]:
+    words = (next(group for group in found.groups() if group).replace(",", "") for found in pattern.finditer(question))
+    return {int(word) if word.isdigit() else _WORDS[word.lower()] for word in words}
+
+
+def _words(text: str) -> set[str]:
+    return set(re.findall(r"[a-z]+", text.lower()))
 
 
 def _asked_period(question: str, months: int, years: int) -> str:
     yearly, monthly = bool(years or _YEARLY.search(question)), bool(months or _MONTHLY.search(question))
-    return "year" if yearly and not monthly else "month" if monthly and not yearly else ""
+    return "both" if yearly and monthly else "year" if yearly else "month" if monthly else ""
 
 
 def _amount(text: str) -> float:

@@ -36,7 +36,7 @@ _FIGURE = re.compile(r"(\$?\d[\d,]*(?:\.\d+)?)\s?(%|gb|tb|mb|kb|days?|hours?|min
 # A price with what it is per ("$120 per month", "$12 a user per month"): said so in a source, not just the figure
 # ("The team plan is $120 per month" beside "$120 per user per year").
 _PRICE_PER = re.compile(r"(\$\d[\d,]*(?:\.\d+)?)\s+(?:a|per|each|every)\s+(user|person|seat|member|month|year)\b"
-                        r"(?:\s+(?:a|per|each|every)\s+(month|year)\b)?", re.I)
+                        r"(?:\s+(?:a|per|each|every)\s+(user|person|seat|member|month|year)\b)?", re.I)
 # A sentence that answers yes or no states what no overlap of words can check: it must be a source's own sentence.
 _YES_NO = re.compile(r"^(?:yes|no|yeah|nope|unfortunately|sure)\b", re.I)
 # Words for the list check (`dropped_name`): a sentence of at least _LIST_COPY_WORDS that copies a source sentence
@@ -168,11 +168,11 @@ def unsupported_fact(sentence: str, sources: Sources) -> str:
     for number, unit in _FIGURE.findall(sentence):
         if not (sources.holds(f"{number} {unit}") or sources.holds(f"{number}{unit}")):
             return f"{number} {unit}"
-    for amount, per, then in _PRICE_PER.findall(sentence):
-        per = "user" if per.lower() in ("person", "seat", "member") else per.lower()
-        price = f"{amount} per {per}" + (f" per {then.lower()}" if then else "")
-        if not sources.holds(price):
-            return price
+    for amount, *pers in _PRICE_PER.findall(sentence):
+        pers = ["user" if per.lower() in ("person", "seat", "member") else per.lower() for per in pers if per]
+        said = [f"{amount} per {' per '.join(order)}" for order in (pers, pers[::-1])]
+        if not any(sources.holds(price) for price in said):
+            return said[0]
     for capitals in _CAPITALS.findall(sentence):
         if capitals.lower() not in sources.words:
             return capitals

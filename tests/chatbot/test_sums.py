@@ -22,13 +22,15 @@ TEAM = line("plans-and-pricing", "3. Team")
 PERSONAL = line("plans-and-pricing", "2. Personal")
 NONPROFIT = line("discounts", "2. Registered nonprofits")
 STUDENT = line("discounts", "1. Students")
+PLANS = frozenset({"free", "personal", "team", "enterprise"})  # the price list's labels
 
 
 @pytest.mark.parametrize(("question", "passage", "result"), [
     ("how much would team be for 5 of us for a year, paying annually", TEAM, "= $600 per year."),
     ("we're an office of 12 people, what does team cost a month", TEAM, "12 users × $12 per user per month = $144"),
     ("just 2 of us on team, what's the monthly bill", TEAM, "so 2 are billed as 3. 3 users × $12"),
-    ("team for a dozen users, how much is it all together", TEAM, "= $144 per month. 12 users × $120"),
+    ("team for twelve users, how much is it all together", TEAM, "= $144 per month. 12 users × $120"),
+    ("We're 100% remote, 6 employees, how much is Team monthly?", TEAM, "6 users × $12 per user per month = $72"),
     ("1,500 users on team, yearly total?", TEAM, "1,500 users × $120 per user per year = $180,000 per year."),
     ("eight people on team for 6 months, what's the total cost", TEAM, "8 users × 6 months × $12"),
     ("we're 4 on team, how much storage is that all together", TEAM, "4 users × 2 TB per user = 8 TB"),
@@ -63,8 +65,25 @@ def test_a_sum_the_figures_settle_is_worked_from_them(question, passage, result)
     ("5 users on team yearly, what's the total with VAT in euros", TEAM),  # tax and currency
     ("5 users on team plus the extra storage add-on, total a month", TEAM),
     ("5 users, how much a year", f"{TEAM}\n{PERSONAL}"),  # which plan is meant
+    # Counts the figures cannot take, or two of them:
+    ("Team for twenty-five users a month?", TEAM),
+    ("Team for 10 users for 2.5 years, total?", TEAM),
+    ("we're 3 founders and 12 employees, what's team per month", TEAM),
+    ("5 users on team and we're adding 3 more, monthly cost?", TEAM),
+    ("team for half a dozen people, how much a month", TEAM),
+    # Billed monthly, asked per year: the yearly price is not what they pay.
+    ("We pay monthly for Team with 10 users, how much is that a year?", TEAM),
+    # A discount without whose, and a plan the line does not name:
+    ("Is there a discount for paying annually? How much is Team for 10 users per year then?", NONPROFIT),
+    ("What does it cost to add 2 TB of storage to Personal for 12 months?", PERSONAL),
     # A saving with a discount named may be against the full price ("student price instead of the $8 I pay"):
     ("paying $8 a month for personal now. with the student price paid yearly how much do i save", STUDENT),
 ])
 def test_a_sum_the_figures_do_not_settle_is_not_worked(question, passage):
-    assert worked_sum(question, passage) == ""
+    assert worked_sum(question, passage, PLANS) == ""
+
+
+def test_a_line_is_worked_only_for_the_plan_it_names():
+    team_article = "\n".join(u for u in article_units(ARTICLES["team-setup-invite"]) if "Each member gets" in u)
+    assert "8 TB" in worked_sum("4 of us on team, how much storage in total", team_article, PLANS)
+    assert worked_sum("How much storage do 10 users get on Enterprise?", team_article, PLANS) == ""
