@@ -25,6 +25,7 @@ _MONTHS = re.compile(rf"{_COUNT}\s+months?\b", re.I)
 _YEARS = re.compile(rf"{_COUNT}\s+years?\b", re.I)
 _YEARLY = re.compile(r"\b(?:year|years|yearly|annual|annually|yr)\b", re.I)
 _MONTHLY = re.compile(r"\b(?:month|months|monthly|mo)\b", re.I)
+_COMPARED = re.compile(r"\b(?:versus|vs\.?|compared?|or)\b", re.I)
 _SAVING = re.compile(r"\bsav(?:e|es|ing|ings)\b|\bcheaper\b|\bdifference\b", re.I)
 _STORAGE = re.compile(r"\b(?:storage|space|tb|gb|terabytes?|gigabytes?)\b", re.I)
 _MONEY = re.compile(r"\$|\b(?:cost|costs|price|pay|paying|bill|spend|charged?|dollars|save|saving)\b", re.I)
@@ -33,7 +34,8 @@ _MONEY = re.compile(r"\$|\b(?:cost|costs|price|pay|paying|bill|spend|charged?|do
 _UNSETTLED = re.compile(r"\b(?:coupon|promo\w*|tax|vat|gst|ios|android|iphone|app ?store|google play|euros?|eur|"
                         r"gbp|pounds?|cad|aud|usd|canadian|australian|currency|exchange|refund\w*|prorat\w*|"
                         r"credit\w*|add|adding|added|add-?on|extra|trial|back|more|fewer|less|drop\w*|remov\w*|"
-                        r"leav\w*|half|quarter|each|dozen)\b|[£€]|\d\.\d+\s*(?:years?|months?)\b", re.I)
+                        r"leav\w*|half|quarter|each(?!\s+(?:month|year))|dozen)\b|[£€]"
+                        r"|\d\.\d+\s*(?:years?|months?)\b", re.I)
 # A discount the question names without saying whose: the plans' lines do not settle it.
 _SOME_DISCOUNT = re.compile(r"\b(?:discount\w*|deal|offer)\b|% off|percent off", re.I)
 # Who a discounted price is for, as a question says it and as the line that states the price says it. A question
@@ -211,7 +213,9 @@ def _words(text: str) -> set[str]:
 
 def _asked_period(question: str, months: int, years: int) -> str:
     yearly, monthly = bool(years or _YEARLY.search(question)), bool(months or _MONTHLY.search(question))
-    return "both" if yearly and monthly else "year" if yearly else "month" if monthly else ""
+    if yearly and monthly:
+        return "" if _COMPARED.search(question) else "both"  # both compared, or one said of the other
+    return "year" if yearly else "month" if monthly else ""
 
 
 def _amount(text: str) -> float:
