@@ -63,6 +63,8 @@ _ACTS_ON_ACCOUNT = re.compile(
     rf"(?:my|the|her|his|their)\s+(?:new\s+)?(?:{_CODES})\b"
     rf"|\b(?:e-?mail|send|text|forward)\s+(?:your|their|his|her|my)\s+(?:{_CODES})\s+to\b"
     rf"|\bwhat (?:are|is) my (?:{_CODES}|password)\b"
+    rf"|{_ASKED}\s*(?:please\s+)?(?:just\s+)?send\s+(?:me\s+|us\s+)?(?:the\s+|a\s+|his\s+|her\s+|their\s+)?"
+    r"(?:password\s+)?reset\s+(?:link|e-?mail|code)\s+to\b"
     rf"|{_ASKED}\s*(?:please\s+)?(?:just\s+)?(?:reset|disable|turn off|remove|unlock|change|open|access)\s+{_OTHERS}\s+"
     r"(?:nimbus\s+)?(?:account|two-factor|2fa|password|login|drive)"
     rf"|\b(?:need|want) (?:me )?in(?:to)?\s+{_OTHERS}\s+(?:nimbus\s+)?(?:account|drive)",
