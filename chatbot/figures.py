@@ -2,14 +2,12 @@
 that state them ("Team: $12 per user per month or $120 per user per year"), shown as the help centre's own text, and
 the sum worked from them where they settle it (chatbot/sums.py)."""
 
-import re
-
 from cache import AnswerCache
 
 from .prompt import article_in_prompt
 from .questions import reads_as_follow_up
 from .relevance import unknown_product
-from .sums import names_a_discount, priced_line, qualified_alike, users_asked, worked_sum
+from .sums import names_a_discount, priced_line, qualified_alike, users_asked, word_set, worked_sum
 from .support import Passage, article_units, list_label, names_a_priced_item, priced_passage
 from .terms import Vocabulary
 
@@ -37,7 +35,7 @@ def discounted_figures(question: str, articles: list, plans: frozenset[str]) -> 
         return None
     article, unit, worked = found[0]
     # "30% off the Team plan" states no minimum of seats, the Team plan's line does: fewer users are not worked.
-    named = plans & set(re.findall(r"[a-z]+", question.lower()))
+    named = plans & word_set(question)
     minimum = max((priced_line(u).minimum_users for a in articles for u in article_units(a.body)
                    if list_label(u).lower() in named), default=0)
     if users_asked(question) < minimum and not priced_line(unit).minimum_users:

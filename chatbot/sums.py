@@ -78,8 +78,8 @@ def worked_sum(question: str, passage: str, plans: frozenset[str] = frozenset())
     the help centre's plan names; a line is used only when it names every plan the question names."""
     if _UNSETTLED.search(question) or (_SOME_DISCOUNT.search(question) and not names_a_discount(question)):
         return ""
-    named = plans & _words(question)
-    lines = [line for unit in article_units(passage) if qualified_alike(question, unit) and named <= _words(unit)
+    named = plans & word_set(question)
+    lines = [line for unit in article_units(passage) if qualified_alike(question, unit) and named <= word_set(unit)
              for line in [priced_line(unit)] if line.prices or line.sizes]
     users, months, years = users_asked(question), _count(_MONTHS, question), _count(_YEARS, question)
     if users < 0 or months < 0 or years < 0:
@@ -98,8 +98,7 @@ def worked_sum(question: str, passage: str, plans: frozenset[str] = frozenset())
 def users_asked(question: str) -> int:
     """How many users the question prices ("5 of us", "a 6 person office", "me and my partner"), 0 for none, -1
     for more than one count."""
-    counts = _counts(_USERS, question) | ({2} if _PAIR.search(question) else set())
-    return counts.pop() if len(counts) == 1 else -1 if counts else 0
+    return _single(_counts(_USERS, question) | ({2} if _PAIR.search(question) else set()))
 
 
 def asks_a_count(question: str) -> bool:
@@ -197,9 +196,12 @@ def _one(lines) -> PricedLine | None:
 
 
 def _count(pattern: re.Pattern, question: str) -> int:
-    """The one count `pattern` finds, 0 for none, -1 for several."""
-    counts = _counts(pattern, question)
-    return counts.pop() if len(counts) == 1 else -1 if counts else 0
+    return _single(_counts(pattern, question))
+
+
+def _single(counts: set[int]) -> int:
+    """The one count found, 0 for none, -1 for several."""
+    return next(iter(counts)) if len(counts) == 1 else -1 if counts else 0
 
 
 def _counts(pattern: re.Pattern, question: str) -> set[int]:
@@ -207,7 +209,7 @@ def _counts(pattern: re.Pattern, question: str) -> set[int]:
     return {int(word) if word.isdigit() else _WORDS[word.lower()] for word in words}
 
 
-def _words(text: str) -> set[str]:
+def word_set(text: str) -> set[str]:
     return set(re.findall(r"[a-z]+", text.lower()))
 
 

@@ -311,8 +311,8 @@ def list_label(unit: str) -> str:
 
 def _names_label(unit: str, said: str) -> bool:
     """Whether the question (`said`: its words, space-padded) names the label of the list item `unit`."""
-    label = _LABEL.match(unit)
-    return bool(label) and f" {label.group(1).lower()} " in said
+    label = list_label(unit)
+    return bool(label) and f" {label.lower()} " in said
 
 
 def _score(unit: str, asked: list[str], vocabulary: Vocabulary) -> float:
