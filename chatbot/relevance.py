@@ -13,7 +13,7 @@ cheap and explainable to staff:
 import re
 from dataclasses import dataclass
 
-from .terms import DIRECTION_WORDS, Vocabulary, stems
+from .terms import DIRECTION_WORDS, STOPWORDS, Vocabulary, stems
 
 # Other storage and sharing services customers name: a question about one of them that the help centre never
 # names is about another company's product. Tools customers mention in passing ("my gmail", "on my iPhone") are
@@ -23,10 +23,11 @@ PRODUCTS = ("dropbox", "google drive", "onedrive", "icloud", "box.com", "sharepo
 
 # Opposite actions, each side a set of phrases. A question doing one side is not answered by a source whose
 # question does the other, nor by an article that never says its side.
+# A switch's two ways, said plainly; the direction test also reads looser words for each ("set up", "get rid of").
+SWITCHES = (("turn on", "switch on", "enable", "activate"),
+            ("turn off", "switch off", "turn it off", "switch it off", "disable", "deactivate"))
 OPPOSITES = (
-    (("turn on", "switch on", "enable", "activate", "set up", "setup"),
-     ("turn off", "switch off", "turn it off", "switch it off", "disable", "deactivate", "don't want", "no longer want",
-      "get rid of")),
+    ((*SWITCHES[0], "set up", "setup"), (*SWITCHES[1], "don't want", "no longer want", "get rid of")),
     (("add", "invite"), ("remove", "delete", "kick")),
     (("start", "begin", "resume"), ("stop", "pause", "end")),
     (("show", "unhide"), ("hide",)),
@@ -44,6 +45,14 @@ OPPOSITES = (
     (("install",), ("uninstall",)),
     (("archive",), ("unarchive",)),
 )
+
+# The object of a question's action: the first word within _OBJECT_REACH after a verb that takes one, past these.
+_TRANSITIVE = frozenset("""turn switch enable disable activate deactivate add invite remove delete kick cancel
+share unshare lock unlock block unblock install uninstall archive unarchive hide unhide restore recover undelete
+update replace swap""".split())
+_OBJECT_SKIP = frozenset("""my the a an our your his her their all this that these those its old new whole entire
+every everyone everybody right now some completely entirely fully single""".split())
+_OBJECT_REACH = 3
 
 # The particles of phrasal verbs above that may stand apart from their verb ("turn 2FA off").
 PARTICLES = ("on", "off")
@@ -86,6 +95,12 @@ def check_source(question: str, source: str, vocabulary: Vocabulary, least: Cove
         or swapped_action(question, source, whole_text=True)
     if swapped:
         return SourceCheck(False, coverage, f"asks to {swapped[0]}, the source is about {swapped[1]}")
+    unsaid = unsaid_action(question, f"{source_question}\n{source}") if source_question else ""
+    if unsaid:
+        return SourceCheck(False, coverage, f"asks to {unsaid}, which the source never says")
+    acted_on = unheld_object(question, f"{source_question}\n{source}", vocabulary)
+    if acted_on:
+        return SourceCheck(False, coverage, f"asks to act on {acted_on!r}, which the source never names")
     if not least.enough(coverage, score):
         shown = ", ".join(missing[:4]) or "nothing the help centre knows"
         return SourceCheck(False, coverage, f"covers {coverage:.0%} of the question (missing: {shown})")
@@ -139,6 +154,49 @@ def swapped_action(question: str, source: str, whole_text: bool) -> tuple[str, s
     return None
 
 
+def unsaid_action(question: str, source: str) -> str:
+    """The switch the question asks for ("turn off") where the source switches nothing either way, or "": the
+    storage answer's steps free space, and copied for "turn off camera uploads" they answer what was not asked.
+    Other actions are said loosely ("forgot to cancel" wants a refund; "make the link stop" its expiry)."""
+    asked, given = _padded(question), _padded(source)
+    for side, opposite in ((SWITCHES[0], SWITCHES[1]), (SWITCHES[1], SWITCHES[0])):
+        wants, where = _said_at(asked, side)
+        if wants and _said_at(asked, opposite)[1] < where and not _said(given, OPPOSITES[0][0] + OPPOSITES[0][1]):
+            return wants
+    return ""
+
+
+def unheld_object(question: str, source: str, vocabulary: Vocabulary) -> str:
+    """What an action of the question acts on ("remove my credit card": credit) where the source never names it,
+    or "": the account-deletion steps remove an account, not a card. A word the help centre never uses, or a
+    pronoun ("turn it off"), says nothing."""
+    asked, named = _padded(question), stems(source)
+    for pair in OPPOSITES:
+        for phrase in (p for p in (*pair[0], *pair[1]) if p.partition(" ")[0] in _TRANSITIVE):
+            for match in re.finditer(_phrase_pattern(phrase), asked):
+                acted_on = _object(asked, match, phrase, vocabulary)
+                if acted_on and acted_on[1] not in named:
+                    return acted_on[0]
+    return ""
+
+
+def _object(asked: str, match: re.Match, phrase: str, vocabulary: Vocabulary) -> tuple[str, str] | None:
+    """The word an action (`match` of `phrase` in the padded question) acts on, with its term, or None where it
+    names none the help centre knows: the first word after the action within _OBJECT_REACH (between a verb and its
+    particle when they stand apart, "turn 2fa off"), past the words of _OBJECT_SKIP."""
+    said = asked[match.start() :].split()
+    inside = match.group(0).split()[1:-1] if phrase.partition(" ")[2] in PARTICLES else []
+    after = inside or said[len(phrase.split()) :]
+    for word in after[:_OBJECT_REACH]:
+        if word in _OBJECT_SKIP:
+            continue
+        if word in STOPWORDS or word in DIRECTION_WORDS:
+            return None
+        term = next(iter(vocabulary.terms(word)), "")
+        return (word, term) if term and vocabulary.weight(term) else None
+    return None
+
+
 def _said(padded: str, phrases: tuple[str, ...]) -> str:
     return _said_at(padded, phrases)[0]
 
@@ -162,4 +220,5 @@ def _phrase_pattern(phrase: str) -> str:
 
 
 def _padded(text: str) -> str:
-    return (" " + re.sub(r"[^a-z0-9.']+", " ", text.lower().replace("’", "'")) + " ").replace(". ", " ")
+    lowered = re.sub(r"\bun-(?=[a-z])", "un", text.lower().replace("’", "'"))  # "un-require" is "unrequire"
+    return (" " + re.sub(r"[^a-z0-9.']+", " ", lowered) + " ").replace(". ", " ")

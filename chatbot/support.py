@@ -17,6 +17,7 @@ from .terms import Vocabulary, content_words, stem, stem_pairs, stems
 # A sentence ends at a newline, or at . ! ? followed by a space (not a numbered list's "1." nor "e.g.").
 _END = re.compile(r"\n+|(?<!\b[0-9])(?<!\be\.g)(?<!\bi\.e)[.!?]+(?=\s)")
 _LIST_MARK = re.compile(r"^\s*(?:\d{1,2}[.)]|[-*•])\s+")
+_STEP = re.compile(r"^\s*(\d{1,2})[.)]\s+(.*)$", re.M)  # a numbered step: its number and its text
 _NUMBER = re.compile(r"\$?\d[\d,]*(?:\.\d+)?%?")
 _URL = re.compile(r"\b(?:https?://)?[a-z0-9-]+(?:\.[a-z0-9-]+)*\.(?:com|org|net|io)(?:/[^\s]*)?", re.I)
 _EMAIL = re.compile(r"\b[\w.+-]+@[\w-]+(?:\.[\w-]+)+\b")
@@ -107,6 +108,11 @@ class Sources:
         self.sentences = [_TOKEN.findall(unit) for unit in text_sentences(plain)]
         self.clicked = {stem(word.lower()) for word in _CLICKED.findall(joined)}
         self.negated = {term for _, after in negated_words(joined, _NEGATION_REACH) for term in after}
+        numbered: dict[str, list[str]] = {}
+        for number, step in _STEP.findall(joined):
+            numbered.setdefault(number, []).append(step)
+        # Each step number with the sources' steps of that number (a step's text holds no numbered step).
+        self.steps = {number: Sources(steps) for number, steps in numbered.items()}
 
     def holds(self, phrase: str) -> bool:
         return " ".join(phrase.lower().split()) in self.lower
@@ -117,6 +123,7 @@ def check_sentence(sentence: str, sources: Sources, min_overlap: float, min_pair
     `min_pairs` of its consecutive word pairs."""
     body = _LIST_MARK.sub("", sentence).strip()
     missing = unsupported_fact(body, sources)
+    swapped_step = "" if missing else unsupported_step(sentence, sources)
     if not missing and _YES_NO.match(body) and not sources.holds(body.rstrip(".!")):
         missing = body.split()[0].strip(",.!")
     negated = "" if missing else unsupported_negation(body, sources)
@@ -128,6 +135,8 @@ def check_sentence(sentence: str, sources: Sources, min_overlap: float, min_pair
     paired = sum(1 for pair in pairs if pair in sources.pairs) / len(pairs) if pairs else 1.0
     if missing:
         return SentenceCheck(False, overlap, f"{missing!r} is in no source", paired)
+    if swapped_step:
+        return SentenceCheck(False, overlap, f"{swapped_step}, which no source's step of that number does", paired)
     if negated:
         return SentenceCheck(False, overlap, f"says {negated!r}, which no source negates", paired)
     dropped = dropped_name(body, sources)
@@ -176,6 +185,24 @@ def unsupported_fact(sentence: str, sources: Sources) -> str:
     for capitals in _CAPITALS.findall(sentence):
         if capitals.lower() not in sources.words:
             return capitals
+    return ""
+
+
+def unsupported_step(sentence: str, sources: Sources) -> str:
+    """What a numbered step of a reply clicks that no source's step of that number does, or "". Every control of
+    "4. Click Delete" is in the storage answer, but its step 4 empties the trash: a step keeps its own action."""
+    numbered = _STEP.match(sentence)
+    if not numbered or numbered.group(1) not in sources.steps:
+        return ""
+    number, step = numbered.groups()
+    steps = sources.steps[number]
+    for control in _CONTROL.findall(step):
+        first = " ".join(control.split()[:2]).rstrip(".,\"”")
+        if not steps.holds(first):
+            return f"step {number} uses {first!r}"
+    for clicked in _CLICKED.finditer(step):
+        if stem(clicked.group(1).lower()) not in steps.clicked:
+            return f"step {number} does {clicked.group(0)!r}"
     return ""
 
 

@@ -125,6 +125,33 @@ def test_an_approved_answer_whose_question_names_no_action_is_read_for_its_steps
                         source_question=question).answers
 
 
+def test_an_approved_answer_that_never_says_the_asked_action_does_not_answer_it():
+    storage = approved("My storage is full. How do I free up space?")
+    asked = "how do i turn OFF camera uploads, its filling my storage"
+    verdict = check_source(asked, storage["answer"], VOCABULARY, COVERAGE, 0.9, source_question=storage["question"])
+    assert not verdict.answers and "turn off" in verdict.reason and "never says" in verdict.reason
+    for answered in ("my storage is full, what should i delete", "storage full!! how do i get space back"):
+        assert check_source(answered, storage["answer"], VOCABULARY, COVERAGE, 0.9,
+                            source_question=storage["question"]).answers, answered
+
+
+def test_a_source_that_never_names_what_the_action_acts_on_does_not_answer_it():
+    deletion = approved("How do I delete my account?")
+    asked = "how do I remove my credit card from my account completely? I don't want it stored with you"
+    verdict = check_source(asked, deletion["answer"], VOCABULARY, COVERAGE, 0.9, source_question=deletion["question"])
+    assert not verdict.answers and "credit" in verdict.reason
+    for asked, question in (("how do i add a new person to our team", "How do I invite people to my team?"),
+                            ("can i turn on 2fa for my account", "How do I turn on two-factor authentication?"),
+                            ("ugh just cancel my subscription pls", "How do I cancel my subscription?")):
+        answer = approved(question)
+        assert check_source(asked, answer["answer"], VOCABULARY, COVERAGE, 0.9, source_question=question).answers, asked
+
+
+def test_un_with_a_hyphen_is_the_opposite_action():
+    asked = "I'm team admin and want to stop forcing 2FA on everyone. where's the toggle to un-require it?"
+    assert swapped_action(asked, ARTICLES["two-factor-setup"], whole_text=True) == ("unrequire", "require")
+
+
 def declined_for(question: str) -> bool:
     return bool(decline_reason(question))
 
@@ -279,6 +306,17 @@ def test_what_a_step_clicks_must_be_what_a_source_s_step_clicks():
     assert check_sentence("Open Share > Link settings and click Delete link.", sources, 0.6).supported
     assert check_sentence("Hover over the file and click Share.", sources, 0.6).supported
     assert check_sentence("Click Copy link.", sources, 0.6).supported
+
+
+def test_a_numbered_step_keeps_its_own_action():
+    """Every control of "4. Click Delete" is the storage answer's, but its step 4 empties the trash."""
+    sources = Sources([approved("My storage is full. How do I free up space?")["answer"]])
+    moved = check_sentence("4. Click Delete, because files in Trash still count toward your quota.", sources, 0.6)
+    assert not moved.supported and "step 4" in moved.reason and "Click Delete" in moved.reason
+    for kept in ("4. Open Trash and click Empty trash, because files in Trash still count toward your quota.",
+                 "3. Select files you no longer need and click Delete.",
+                 "Click Delete."):  # not a numbered step: the controls alone are checked
+        assert check_sentence(kept, sources, 0.6).supported, kept
 
 
 def test_a_word_in_capitals_must_be_a_source_s_or_the_customer_s():
