@@ -14,7 +14,7 @@ _WORDS = {"two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eig
 # A whole count, not the tail of "2.5", "twenty-five" or "100%".
 _COUNT = (r"(?<![\w.,-])(\d{1,3}(?:,\d{3})+|\d{1,6}|" + "|".join(_WORDS) + r")"
           r"(?![\w%]|\.\d|-(?:\d|one|two|three|four|five|six|seven|eight|nine))")
-_USERS = re.compile(rf"{_COUNT}\s+(?:people|persons?|users?|seats?|members?|employees|staff|colleagues|"
+_USERS = re.compile(rf"{_COUNT}\s+(?:people|ppl|persons?|users?|seats?|members?|employees|staff|colleagues|"
                     rf"licen[cs]es?|of us|accounts|founders?|partners?|owners?|admins?|managers?|designers?|"
                     rf"developers?|engineers?|interns?|contractors?|freelancers?|volunteers?|guys|folks)\b"
                     rf"|\bteam of {_COUNT}|{_COUNT}[- ]person\b|\bwe(?:'re| are) {_COUNT}", re.I)

@@ -36,6 +36,7 @@ PLANS = frozenset({"free", "personal", "team", "enterprise"})  # the price list'
     ("charity with 10 staff, with the nonprofit discount how much is team each month", NONPROFIT,
      "10 users × $8.40 per user per month = $84 per month."),
     ("1,500 users on team, yearly total?", TEAM, "1,500 users × $120 per user per year = $180,000 per year."),
+    ("team for 8 ppl, yearly price?", TEAM, "8 users × $120 per user per year = $960 per year."),
     ("eight people on team for 6 months, what's the total cost", TEAM, "8 users × 6 months × $12"),
     ("we're 4 on team, how much storage is that all together", TEAM, "4 users × 2 TB per user = 8 TB"),
     ("its just me and my business partner. how much a month would team be for us", TEAM,
