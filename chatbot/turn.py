@@ -34,6 +34,7 @@ from .relevance import Coverage, check_source
 from .settings import GROUNDING_REVIEWS, ChatSettings
 from .shown import DEPARTED_NOTICE, FOLLOWED_ENOUGH, NOTHING_COVERS, UNCHECKED_NOTICE
 from .support import Passage, article_units, best_passage, text_sentences
+from .terms import spelled_out
 
 # How close in meaning (cosine) the closest sentence of an article must be to the question for the article to
 # answer it alone, without an approved answer. On the tuning part of bench.answers' set every article that answered
@@ -230,6 +231,7 @@ class TurnPlanner:
     def grounds_for(self, asked: str) -> Grounds:
         """Retrieve the article and approved answers for `asked`; with the source checks on, keep only those that
         answer it (chatbot/relevance.py), the article found by its own vector tried when the picked one fails."""
+        asked = spelled_out(asked)  # "forgot my pw": the embedding models read the short form as noise
         found = self.find_article(asked)  # by the article's own vector: the consistency check's evidence
         matches = self.approved_matches(asked)
         article = self.pick_article(matches, found)

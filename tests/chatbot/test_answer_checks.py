@@ -28,7 +28,7 @@ from chatbot.support import (
     sentences,
     text_sentences,
 )
-from chatbot.terms import Vocabulary, words
+from chatbot.terms import Vocabulary, spelled_out, words
 from data import DATA_DIR, load_eval_questions
 
 ARTICLES = json.loads((DATA_DIR / "articles.json").read_text())
@@ -45,6 +45,10 @@ def approved(question: str) -> dict:
 def test_a_customers_words_meet_the_help_centres():
     assert words("cant login, forgot my pw") == ["cant", "sign", "in", "forgot", "my", "password"]
     assert "passw" in VOCABULARY.terms("I forgot my pasword")  # a typo maps to the word the help centre uses
+    # Retrieval reads the short forms spelled out, the rest as the customer wrote it:
+    assert spelled_out("forgot my PW again ugh, and my 2FA app is gone") == \
+        "forgot my password again ugh, and my 2FA app is gone"
+    assert spelled_out("upward pics of a pwd-free login") == "upward photos of a password-free login"
 
 
 def test_the_approved_answer_to_a_rewording_answers_it():
