@@ -42,6 +42,8 @@ OPPOSITES = (
       "empty the trash")),
     (("update", "replace", "swap"), ("remove", "delete", "get rid of")),
     (("block",), ("unblock",)),
+    (("connect", "integrate"), ("disconnect", "unlink", "remove")),
+    (("delete",), ("undo", "undelete", "cancel the deletion", "reverse")),
     (("install",), ("uninstall",)),
     (("archive",), ("unarchive",)),
 )

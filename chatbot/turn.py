@@ -36,15 +36,13 @@ from .shown import DEPARTED_NOTICE, FOLLOWED_ENOUGH, NOTHING_COVERS, UNCHECKED_N
 from .support import Passage, article_units, best_passage, text_sentences
 from .terms import spelled_out
 
-# How close in meaning (cosine) the closest sentence of an article must be to the question for the article to
-# answer it alone, without an approved answer. On the tuning part of bench.answers' set every article that answered
-# alone had one at 0.46 or more; the wrong article for "send holiday photos to my grandma" (file requests) 0.36.
+# How close in meaning (cosine) an article's closest sentence must be to the question for it to answer alone: on
+# bench.answers' tuning part every one that did had 0.46 or more; "holiday photos to my grandma" (file requests) 0.36.
 ARTICLE_SENTENCE_CLOSE = 0.45
 # The same for an approved answer, looser because staff wrote it for a question: on the three seen sets of
 # bench.answers no answer that was right had its closest sentence below 0.40 ("a gift for my mum?" beside the
 # student discount: 0.31; "a password on a folder in my own drive" beside link passwords: 0.37).
 ANSWER_SENTENCE_CLOSE = 0.40
-
 # How much closer in meaning a sentence of an approved answer's article outside the answer must be to the question
 # than the answer's own sentences for the answer not to ground: 2 of 9 grounded neighbours on the tuning part of
 # bench.answers' set caught, none of 20 right answers lost.

@@ -68,6 +68,13 @@ def test_the_opposite_action_is_not_answered_by_the_action():
                           whole_text=False) == ("stop forcing", "require")
     assert swapped_action("i want to remove my card completely", "How do I update my credit card details?",
                           whole_text=False) == ("remove", "update")
+    assert swapped_action("remove the slack integration pls", "How do I connect Nimbus Drive to Slack?",
+                          whole_text=False) == ("remove", "connect")
+    undo = "deleted my account last night and now i regret it. can i undo that?"
+    assert swapped_action(undo, "How do I delete my account?", whole_text=False) == ("undo", "delete")
+    assert swapped_action(undo, ARTICLES["delete-account"], whole_text=True) is None  # "to cancel the deletion"
+    assert swapped_action("i deleted a file by mistake, how do i undo it", "How do I restore a deleted file?",
+                          whole_text=False) is None
 
 
 def test_a_product_the_help_centre_never_names_fails_every_source():

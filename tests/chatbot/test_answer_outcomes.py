@@ -107,10 +107,11 @@ def test_a_follow_up_s_passage_is_close_to_the_follow_up_not_only_to_the_questio
 
 
 def test_a_strict_check_cuts_and_what_is_shown_is_still_a_prefix(service):
-    strict = service.with_settings(sentence_overlap=1.0)
+    # Without approved answers to copy, the model writes its own sentences from the article.
+    strict = service.with_settings(sentence_overlap=1.0, grounding="off")
     replies = [served(strict, conversation) for conversation in CONVERSATIONS[:3]]
     assert any(reply.stats.outcome in (CUT, STAFF_TEXT) and reply.stats.tokens for reply in replies), \
-        [r.stats.outcome for r in replies]
+        [(r.stats.outcome, r.text) for r in replies]
     for reply in replies:
         assert_shown_as_promised(strict, reply)
     cut = strict.cache.recent_replies(outcomes=(CUT, STAFF_TEXT, HANDED_OFF))
