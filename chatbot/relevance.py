@@ -42,7 +42,7 @@ OPPOSITES = (
       "empty the trash")),
     (("update", "replace", "swap"), ("remove", "delete", "get rid of")),
     (("block",), ("unblock",)),
-    (("connect", "integrate"), ("disconnect", "unlink", "remove")),
+    (("connect", "integrate"), ("disconnect", "unlink", "remove", "get rid of")),
     (("delete",), ("undo", "undelete", "cancel the deletion", "reverse")),
     (("install",), ("uninstall",)),
     (("archive",), ("unarchive",)),
@@ -97,7 +97,7 @@ def check_source(question: str, source: str, vocabulary: Vocabulary, least: Cove
         or swapped_action(question, source, whole_text=True)
     if swapped:
         return SourceCheck(False, coverage, f"asks to {swapped[0]}, the source is about {swapped[1]}")
-    unsaid = unsaid_action(question, f"{source_question}\n{source}") if source_question else ""
+    unsaid = unsaid_action(question, f"{source_question}\n{source}")
     if unsaid:
         return SourceCheck(False, coverage, f"asks to {unsaid}, which the source never says")
     acted_on = unheld_object(question, f"{source_question}\n{source}", vocabulary)

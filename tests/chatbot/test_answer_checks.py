@@ -70,6 +70,8 @@ def test_the_opposite_action_is_not_answered_by_the_action():
                           whole_text=False) == ("remove", "update")
     assert swapped_action("remove the slack integration pls", "How do I connect Nimbus Drive to Slack?",
                           whole_text=False) == ("remove", "connect")
+    assert swapped_action("how do i get rid of the slack one", "How do I connect Nimbus Drive to Slack?",
+                          whole_text=False) == ("get rid of", "connect")
     undo = "deleted my account last night and now i regret it. can i undo that?"
     assert swapped_action(undo, "How do I delete my account?", whole_text=False) == ("undo", "delete")
     assert swapped_action(undo, ARTICLES["delete-account"], whole_text=True) is None  # "to cancel the deletion"
@@ -156,6 +158,12 @@ def test_a_source_that_never_names_what_the_action_acts_on_does_not_answer_it():
                             ("ugh just cancel my subscription pls", "How do I cancel my subscription?")):
         answer = approved(question)
         assert check_source(asked, answer["answer"], VOCABULARY, COVERAGE, 0.9, source_question=question).answers, asked
+
+
+def test_an_article_that_switches_nothing_does_not_answer_a_switch_question():
+    asked = "how do i turn OFF camera uploads, its filling my storage"
+    verdict = check_source(asked, ARTICLES["storage-quota"], VOCABULARY, COVERAGE, 0.9)
+    assert not verdict.answers and "turn off" in verdict.reason
 
 
 def test_un_with_a_hyphen_is_the_opposite_action():
