@@ -23,11 +23,16 @@ PRODUCTS = ("dropbox", "google drive", "onedrive", "icloud", "box.com", "sharepo
 
 # Opposite actions, each side a set of phrases. A question doing one side is not answered by a source whose
 # question does the other, nor by an article that never says its side.
-# A switch's two ways, said plainly; the direction test also reads looser words for each ("set up", "get rid of").
-SWITCHES = (("turn on", "switch on", "enable", "activate"),
-            ("turn off", "switch off", "turn it off", "switch it off", "disable", "deactivate"))
+# A switch's two ways as a customer asks for them ("turn off", not "my laptop was switched off"); the direction
+# test also reads looser words for each ("set up", "get rid of"), and a source switches with any of those or these.
+SWITCHES = (("turn on", "switch on", "enable"),
+            ("turn off", "switch off", "turn it off", "switch it off", "disable"))
+_SWITCHED = ("activate", "deactivate", "resume", "connect", "disconnect")  # not "pause": "uploads pause when full"
+_DEVICE_SWITCH = re.compile(r" (?:turn|switch)\w* (?:on |off )?(?:my |the |our |it )?"
+                            r"(?:laptop|phone|computer|desktop|pc|mac|ipad|tablet|wifi|router|device)s? ")
 OPPOSITES = (
-    ((*SWITCHES[0], "set up", "setup"), (*SWITCHES[1], "don't want", "no longer want", "get rid of")),
+    ((*SWITCHES[0], "activate", "set up", "setup"),
+     (*SWITCHES[1], "deactivate", "don't want", "no longer want", "get rid of")),
     (("add", "invite"), ("remove", "delete", "kick")),
     (("start", "begin", "resume"), ("stop", "pause", "end")),
     (("show", "unhide"), ("hide",)),
@@ -42,7 +47,7 @@ OPPOSITES = (
       "empty the trash")),
     (("update", "replace", "swap"), ("remove", "delete", "get rid of")),
     (("block",), ("unblock",)),
-    (("connect", "integrate"), ("disconnect", "unlink", "remove", "get rid of")),
+    (("connect", "integrate"), ("disconnect",)),  # not "unlink": "connect my new laptop" beside the device limit
     (("delete",), ("undo", "undelete", "cancel the deletion", "reverse")),
     (("install",), ("uninstall",)),
     (("archive",), ("unarchive",)),
@@ -53,7 +58,8 @@ _TRANSITIVE = frozenset("""turn switch enable disable activate deactivate add in
 share unshare lock unlock block unblock install uninstall archive unarchive hide unhide restore recover undelete
 update replace swap""".split())
 _OBJECT_SKIP = frozenset("""my the a an our your his her their all this that these those its old new whole entire
-every everyone everybody right now some completely entirely fully single""".split())
+every everyone everybody right now some completely entirely fully single another second extra other nimbus drive
+free personal team enterprise monthly yearly annual user users people person member members someone""".split())
 _OBJECT_REACH = 3
 
 # The particles of phrasal verbs above that may stand apart from their verb ("turn 2FA off").
@@ -161,9 +167,12 @@ def unsaid_action(question: str, source: str) -> str:
     storage answer's steps free space, and copied for "turn off camera uploads" they answer what was not asked.
     Other actions are said loosely ("forgot to cancel" wants a refund; "make the link stop" its expiry)."""
     asked, given = _padded(question), _padded(source)
+    if _DEVICE_SWITCH.search(asked):  # "every time i turn on my laptop": no switch of ours
+        return ""
+    switched = (*OPPOSITES[0][0], *OPPOSITES[0][1], *_SWITCHED)
     for side, opposite in ((SWITCHES[0], SWITCHES[1]), (SWITCHES[1], SWITCHES[0])):
-        wants, where = _said_at(asked, side)
-        if wants and _said_at(asked, opposite)[1] < where and not _said(given, OPPOSITES[0][0] + OPPOSITES[0][1]):
+        wants, where = _said_at(asked, side, base_only=True)
+        if wants and _said_at(asked, opposite)[1] < where and not _said(given, switched):
             return wants
     return ""
 
@@ -203,21 +212,21 @@ def _said(padded: str, phrases: tuple[str, ...]) -> str:
     return _said_at(padded, phrases)[0]
 
 
-def _said_at(padded: str, phrases: tuple[str, ...]) -> tuple[str, int]:
+def _said_at(padded: str, phrases: tuple[str, ...], base_only: bool = False) -> tuple[str, int]:
     """The phrase of `phrases` said last in `padded` and where, or ("", -1). A verb and its particle may stand
     apart ("switch that requirement back off" says "switch off")."""
     found, last = "", -1
     for phrase in phrases:
-        for match in re.finditer(_phrase_pattern(phrase), padded):
+        for match in re.finditer(_phrase_pattern(phrase, base_only), padded):
             if match.start() > last:
                 found, last = phrase, match.start()
     return found, last
 
 
-def _phrase_pattern(phrase: str) -> str:
+def _phrase_pattern(phrase: str, base_only: bool = False) -> str:
     verb, _, particle = phrase.partition(" ")
     if particle in PARTICLES:
-        return rf" {re.escape(verb)}(?:s|ed|ing)? (?:[a-z0-9'-]+ ){{0,3}}{particle} "
+        return rf" {re.escape(verb)}{'' if base_only else '(?:s|ed|ing)?'} (?:[a-z0-9'-]+ ){{0,3}}{particle} "
     return f"(?= {re.escape(phrase)} )"
 
 

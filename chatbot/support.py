@@ -196,12 +196,16 @@ def unsupported_step(sentence: str, sources: Sources) -> str:
         return ""
     number, step = numbered.groups()
     steps = sources.steps[number]
+    # A control no source's step of this number uses, that another step number does: a renumbered copy of a
+    # source's prose step ("2. Click Revoke") is no moved step.
+    elsewhere = [other for at, other in sources.steps.items() if at != number]
     for control in _CONTROL.findall(step):
         first = " ".join(control.split()[:2]).rstrip(".,\"”")
-        if not steps.holds(first):
+        if not steps.holds(first) and any(other.holds(first) for other in elsewhere):
             return f"step {number} uses {first!r}"
     for clicked in _CLICKED.finditer(step):
-        if stem(clicked.group(1).lower()) not in steps.clicked:
+        term = stem(clicked.group(1).lower())
+        if term not in steps.clicked and any(term in other.clicked for other in elsewhere):
             return f"step {number} does {clicked.group(0)!r}"
     return ""
 
