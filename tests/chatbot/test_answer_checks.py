@@ -366,7 +366,10 @@ def test_a_numbered_step_keeps_its_own_action():
                  "Click Delete."):  # not a numbered step: the controls alone are checked
         assert check_sentence(kept, sources, 0.6).supported, kept
     keys = Sources([approved("How do I create an API key?")["answer"], ARTICLES["api-keys"]])
-    assert check_sentence("2. Click Revoke next to the key.", keys, 0.0).supported  # the sources' prose, numbered
+    assert check_sentence("2. Click Revoke next to it.", keys, 0.0).supported  # the sources' prose, numbered
+    access = Sources([approved("How do I remove someone's access to a shared folder?")["answer"],
+                      ARTICLES["share-with-people"]])
+    assert not check_sentence("3. Choose Delete, or pick a new permission such as Can view.", access, 0.0).supported
 
 
 def test_a_word_in_capitals_must_be_a_source_s_or_the_customer_s():
