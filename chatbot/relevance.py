@@ -93,7 +93,8 @@ def check_source(question: str, source: str, vocabulary: Vocabulary, least: Cove
                  source_question: str = "") -> SourceCheck:
     """Whether `source` (an approved answer with its question, or an article), found with retrieval `score`,
     answers `question`. `source_question` is what an approved answer answers, read for its action's direction."""
-    coverage, missing = term_coverage(question, f"{source_question}\n{source}", vocabulary)
+    whole = f"{source_question}\n{source}"
+    coverage, missing = term_coverage(question, whole, vocabulary)
     product = unknown_product(question, vocabulary)
     if product:
         return SourceCheck(False, coverage, f"names {product}, which the help centre never does")
@@ -103,10 +104,10 @@ def check_source(question: str, source: str, vocabulary: Vocabulary, least: Cove
         or swapped_action(question, source, whole_text=True)
     if swapped:
         return SourceCheck(False, coverage, f"asks to {swapped[0]}, the source is about {swapped[1]}")
-    unsaid = unsaid_action(question, f"{source_question}\n{source}")
+    unsaid = unsaid_action(question, whole)
     if unsaid:
         return SourceCheck(False, coverage, f"asks to {unsaid}, which the source never says")
-    acted_on = unheld_object(question, f"{source_question}\n{source}", vocabulary)
+    acted_on = unheld_object(question, whole, vocabulary)
     if acted_on:
         return SourceCheck(False, coverage, f"asks to act on {acted_on!r}, which the source never names")
     if not least.enough(coverage, score):

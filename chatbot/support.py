@@ -163,10 +163,9 @@ def unsupported_fact(sentence: str, sources: Sources) -> str:
         for fact in pattern.findall(sentence):
             if not sources.holds(fact.rstrip(".")):
                 return fact
-    for control in _CONTROL.findall(sentence):
-        first = " ".join(control.split()[:2]).rstrip(".,\"”")
-        if not sources.holds(first):
-            return first
+    for control in map(_control_name, _CONTROL.findall(sentence)):
+        if not sources.holds(control):
+            return control
     for step in _CLICKED.finditer(sentence):
         clicked = step.group(1)
         if clicked[0].islower() and stem(clicked) not in sources.clicked:
@@ -189,8 +188,7 @@ def unsupported_fact(sentence: str, sources: Sources) -> str:
 
 
 def unsupported_step(sentence: str, sources: Sources) -> str:
-    """What a numbered step of a reply clicks that no source's step of that number does, or "". Every control of
-    "4. Click Delete" is in the storage answer, but its step 4 empties the trash: a step keeps its own action."""
+    """What a numbered step clicks that no source's step of that number does ("4. Click Delete" for "Empty trash")."""
     numbered = _STEP.match(sentence)
     if not numbered or numbered.group(1) not in sources.steps:
         return ""
@@ -198,14 +196,18 @@ def unsupported_step(sentence: str, sources: Sources) -> str:
     if sources.holds(step.strip().rstrip(".")):  # a source's own words, numbered: "2. Click Revoke next to the key"
         return ""
     steps = sources.steps[number]
-    for control in _CONTROL.findall(step):
-        first = " ".join(control.split()[:2]).rstrip(".,\"”")
-        if not steps.holds(first):
-            return f"step {number} uses {first!r}"
+    for control in map(_control_name, _CONTROL.findall(step)):
+        if not steps.holds(control):
+            return f"step {number} uses {control!r}"
     for clicked in _CLICKED.finditer(step):
         if stem(clicked.group(1).lower()) not in steps.clicked:
             return f"step {number} does {clicked.group(0)!r}"
     return ""
+
+
+def _control_name(control: str) -> str:
+    """The first two words of a named control ("Set expiry date" -> "Set expiry"), as a source must hold them."""
+    return " ".join(control.split()[:2]).rstrip(".,\"”")
 
 
 def negated_words(text: str, reach: int) -> list[tuple[str, list[str]]]:
