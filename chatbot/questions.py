@@ -89,6 +89,9 @@ _COMPARE = re.compile(r"\b(?:difference|compared?|versus|vs\.?|instead of|rather
 # or yearly cheaper").
 _SAVING = re.compile(r"\b(?:sav(?:e|es|ing)|cheaper)\b.*\b(?:annual|annually|yearly|monthly)\b"
                      r"|\b(?:annual|annually|yearly|monthly)\b.*\b(?:sav(?:e|es|ing)|cheaper)\b", re.I | re.S)
+# ... and asks for an amount: "I was charged $8, I want the difference refunded" is a complaint for staff.
+_ASKS_AMOUNT = re.compile(r"\?|\b(?:how much|total|what(?:'s| is| would| will| does| do)|whats|costs?|cheaper|"
+                          r"sav(?:e|es|ing|ings)|price (?:for|of)|pay (?:for|per|each|a|in))\b", re.I)
 # A question about the customer's own records, which only staff can look up: an invoice, order or ticket number,
 # or "which e-mail did I use", "check my account". The help centre answers how things work, never what one
 # account holds, and the nearest how-to is not an answer to it.
@@ -120,7 +123,7 @@ def own_records(question: str) -> str:
 def needs_sum(question: str) -> bool:
     """True when answering means arithmetic on the article's figures (seats times price, a year against months),
     which the 135M model gets wrong: the reply gives the figures instead."""
-    if not _PRICE.search(question):
+    if not _PRICE.search(question) or not _ASKS_AMOUNT.search(question):
         return False
     return bool(asks_a_count(question) or _COMPARE.search(question)
                 or _ADDED.search(question) or _SAVING.search(question))

@@ -13,7 +13,7 @@ cheap and explainable to staff:
 import re
 from dataclasses import dataclass
 
-from .terms import DIRECTION_WORDS, STOPWORDS, Vocabulary, stems
+from .terms import DIRECTION_WORDS, STOPWORDS, Vocabulary, content_words, stem, stems
 
 # Other storage and sharing services customers name: a question about one of them that the help centre never
 # names is about another company's product. Tools customers mention in passing ("my gmail", "on my iPhone") are
@@ -61,6 +61,12 @@ _OBJECT_SKIP = frozenset("""my the a an our your his her their all this that the
 every everyone everybody right now some completely entirely fully single another second extra other nimbus drive
 free personal team enterprise monthly yearly annual user users people person member members someone""".split())
 _OBJECT_REACH = 3
+
+# A question that says what it does not want done, or may not do ("NOT deleting my account", "without cancelling",
+# "i don't want to delete it", "we're not allowed to install apps"), is not answered by the source whose action
+# that is.
+_REFUSED = re.compile(r" (?:not (?=[a-z]+ing )|without (?=[a-z]+ing )|(?:don't|dont|do not|no longer) "
+                      r"(?:want|wanna|need) (?:to )?|not (?:allowed|permitted) to )([a-z]+) ")
 
 # The particles of phrasal verbs above that may stand apart from their verb ("turn 2FA off").
 PARTICLES = ("on", "off")
@@ -110,6 +116,9 @@ def check_source(question: str, source: str, vocabulary: Vocabulary, least: Cove
     acted_on = unheld_object(question, whole, vocabulary)
     if acted_on:
         return SourceCheck(False, coverage, f"asks to act on {acted_on!r}, which the source never names")
+    refused = refused_action(question, source_question or source.split("\n", 1)[0])
+    if refused:
+        return SourceCheck(False, coverage, f"asks not to {refused}, the source's own action")
     if not least.enough(coverage, score):
         shown = ", ".join(missing[:4]) or "nothing the help centre knows"
         return SourceCheck(False, coverage, f"covers {coverage:.0%} of the question (missing: {shown})")
@@ -189,6 +198,17 @@ def unheld_object(question: str, source: str, vocabulary: Vocabulary) -> str:
                 acted_on = _object(asked, match, phrase, vocabulary)
                 if acted_on and acted_on[1] not in named:
                     return acted_on[0]
+    return ""
+
+
+def refused_action(question: str, lead: str) -> str:
+    """What the question says it does not want done ("NOT deleting my account": deleting) where that is the
+    source's own action, the first word of its title or question (`lead`: "Delete your Nimbus Drive account"), or
+    ""."""
+    leading = content_words(lead)[:1]
+    for match in _REFUSED.finditer(_padded(question)):
+        if leading and stem(match.group(1)) == stem(leading[0]):
+            return match.group(1)
     return ""
 
 

@@ -1,8 +1,9 @@
 """The words of the help centre: which of a question's words are distinctive, found by their rarity there.
 
-Pure text, no model: a customer's word is lowered, stemmed crudely (suffixes off, then its first five letters, so
-"sharing", "shared" and "share" meet) and, when the help centre never uses it, mapped to the nearest word it
-does use when that is a likely typo ("pasword"). Both checks (chatbot/relevance.py, chatbot/support.py) read it.
+Pure text, no model: a customer's word is lowered, stemmed (Snowball's English stemmer, then its first five
+letters, so "sharing" meets "share" and "subscription" meets "subscribe") and, when the help centre never uses it,
+mapped to the nearest word it does use when that is a likely typo ("pasword"). Both checks (chatbot/relevance.py,
+chatbot/support.py) read it.
 """
 
 import difflib
@@ -11,8 +12,11 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+import Stemmer
+
 WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 STEM_LETTERS = 5
+_STEMMER = Stemmer.Stemmer("english")
 # Words that say which way an action goes, not what it acts on ("turn it off", "back out"): the direction test
 # (chatbot/relevance.py) reads them in the raw text; they are no stopwords, so a reply sentence's "off" must be a
 # source's, but they weigh nothing in a question's coverage.
@@ -34,7 +38,8 @@ know idea possible also again
 
 # Customers' words for what the help centre calls otherwise, replaced before anything is compared (both sides).
 SYNONYMS = {
-    "log in": "sign in", "login": "sign in", "logon": "sign in", "log on": "sign in", "logged in": "signed in",
+    "log in": "sign in", "log into": "sign in to", "logged into": "signed in to", "logging in": "signing in",
+    "login": "sign in", "logon": "sign in", "log on": "sign in", "logged in": "signed in",
     "log out": "sign out", "logout": "sign out", "logged out": "signed out", "signin": "sign in",
     "pw": "password", "pwd": "password", "passwd": "password", "passcode": "password",
     "2fa": "two-factor", "mfa": "two-factor", "2 factor": "two-factor", "two factor": "two-factor",
@@ -54,14 +59,10 @@ _SYNONYM = re.compile(r"\b(" + "|".join(sorted(map(re.escape, SYNONYMS), key=len
 
 
 def stem(word: str) -> str:
-    """A crude stem: common suffixes off, then the first STEM_LETTERS letters."""
-    for suffix in ("ing", "ed", "es", "s", "ly"):
-        if len(word) > len(suffix) + 3 and word.endswith(suffix) and not word.endswith("ss"):
-            word = word[: -len(suffix)]
-            break
-    if len(word) > 4 and word.endswith("e"):
-        word = word[:-1]
-    return word[:STEM_LETTERS]
+    """English (Snowball) stem, then its first STEM_LETTERS letters: "paying" meets "pay", "saved" meets "save" and
+    "subscription" meets "subscribe" (a crude suffix list left "payin" and "saved" apart from the help centre's
+    words, which cost covered questions their source)."""
+    return _STEMMER.stemWord(word)[:STEM_LETTERS]
 
 
 def words(text: str) -> list[str]:

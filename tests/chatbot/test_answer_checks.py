@@ -28,7 +28,7 @@ from chatbot.support import (
     sentences,
     text_sentences,
 )
-from chatbot.terms import Vocabulary, spelled_out, words
+from chatbot.terms import Vocabulary, spelled_out, stem, words
 from data import DATA_DIR, load_eval_questions
 
 ARTICLES = json.loads((DATA_DIR / "articles.json").read_text())
@@ -44,7 +44,12 @@ def approved(question: str) -> dict:
 
 def test_a_customers_words_meet_the_help_centres():
     assert words("cant login, forgot my pw") == ["cant", "sign", "in", "forgot", "my", "password"]
+    assert words("havent logged into nimbus") == ["havent", "signed", "in", "to", "nimbus"]
     assert "passw" in VOCABULARY.terms("I forgot my pasword")  # a typo maps to the word the help centre uses
+    # A word's forms meet, short roots too ("paying" was "payin", apart from "pay"):
+    for forms in (("pay", "paying", "pays"), ("save", "saved", "saving"), ("subscription", "subscribe"),
+                  ("share", "sharing", "shared"), ("stop", "stopped"), ("copy", "copies")):
+        assert len({stem(form) for form in forms}) == 1, forms
     # Retrieval reads the short forms spelled out, the rest as the customer wrote it:
     assert spelled_out("forgot my PW again ugh, and my 2FA app is gone") == \
         "forgot my password again ugh, and my 2FA app is gone"
@@ -184,6 +189,28 @@ def test_everyday_phrasings_keep_the_source_that_answers_them():
                         COVERAGE, 0.9).answers
 
 
+def test_a_source_whose_own_action_the_question_refuses_does_not_answer_it():
+    deletion = approved("How do I delete my account?")
+    for asked in ("how do i stop paying for nimbus. NOT deleting my account, i want to keep my stuff",
+                  "i don't want to delete my account, just stop the payments",
+                  "how do i stop being charged without deleting everything"):
+        verdict = check_source(asked, deletion["answer"], VOCABULARY, COVERAGE, 0.9,
+                               source_question=deletion["question"])
+        assert not verdict.answers and "asks not to delet" in verdict.reason, asked
+        assert not check_source(asked, ARTICLES["delete-account"], VOCABULARY, COVERAGE, 0.9).answers, asked
+    install = approved("How do I install the Nimbus Drive desktop app?")
+    asked = "how do i map nimbus as a network drive on my work pc? we're not allowed to install apps"
+    assert not check_source(asked, install["answer"], VOCABULARY, COVERAGE, 0.9,
+                            source_question=install["question"]).answers
+    # A refusal of something else, or a plain negation, leaves the source that does the asked action alone:
+    asked = "how do i delete my account? not cancelling first, just delete it all"
+    assert check_source(asked, deletion["answer"], VOCABULARY, COVERAGE, 0.9,
+                        source_question=deletion["question"]).answers
+    syncing = approved("My files are not syncing on my computer. How do I fix it?")
+    assert check_source("my files are not syncing on my laptop since monday", syncing["answer"], VOCABULARY,
+                        COVERAGE, 0.9, source_question=syncing["question"]).answers
+
+
 def test_un_with_a_hyphen_is_the_opposite_action():
     asked = "I'm team admin and want to stop forcing 2FA on everyone. where's the toggle to un-require it?"
     assert swapped_action(asked, ARTICLES["two-factor-setup"], whole_text=True) == ("unrequire", "require")
@@ -271,6 +298,8 @@ def test_declined_and_sums():
     assert not needs_sum("any way to have attachments land in a folder instead of saving every one by hand?")
     assert needs_sum("how much do i save a year if i switch personal to annual")
     assert not needs_sum("how much space do i save if i empty the trash every month")
+    # A complaint that names prices asks for no amount:
+    assert not needs_sum("I paid $6/month for years and now got charged $8. I want the difference refunded.")
 
 
 def test_questions_about_the_customer_s_own_records_are_told_from_how_to_questions():

@@ -129,7 +129,8 @@ def stop(app: App) -> None:
         return
     os.killpg(app.process.pid, signal.SIGTERM)
     try:
-        app.process.wait(timeout=5)  # open Gradio heartbeats keep uvicorn waiting for longer
+        # The app has no shutdown work; uvicorn's graceful wait (5 s) only holds a client's open Gradio heartbeat.
+        app.process.wait(timeout=1)
     except subprocess.TimeoutExpired:
         kill(app)
 
