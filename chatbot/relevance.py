@@ -62,11 +62,13 @@ every everyone everybody right now some completely entirely fully single another
 free personal team enterprise monthly yearly annual user users people person member members someone""".split())
 _OBJECT_REACH = 3
 
-# A question that says what it does not want done, or may not do ("NOT deleting my account", "without cancelling",
-# "i don't want to delete it", "we're not allowed to install apps"), is not answered by the source whose action
-# that is.
-_REFUSED = re.compile(r" (?:not (?=[a-z]+ing )|without (?=[a-z]+ing )|(?:don't|dont|do not|no longer) "
-                      r"(?:want|wanna|need) (?:to )?|not (?:allowed|permitted) to )([a-z]+) ")
+# A question that says what it does not want done, or may not do ("but NOT delete my account", "without
+# cancelling", "i don't want to delete it", "we're not allowed to install apps"), is not answered by the source
+# whose action that is. A symptom ("my photos are not backing up") is no refusal.
+_REFUSED = re.compile(r"(?: not (?:allowed|permitted) to | without (?=[a-z]+ing )|"
+                      r" (?:don't|dont|do not|no longer) (?:want|wanna|need) (?:to )?|"
+                      r"(?<! is)(?<! are)(?<! was)(?<! were)(?<! am)(?<! its)(?<! it's)(?<! does)(?<! did)(?<! can)"
+                      r"(?<! will)(?<! would)(?<! should) not (?:to )?)([a-z]+) ")
 
 # The particles of phrasal verbs above that may stand apart from their verb ("turn 2FA off").
 PARTICLES = ("on", "off")

@@ -193,7 +193,8 @@ def test_a_source_whose_own_action_the_question_refuses_does_not_answer_it():
     deletion = approved("How do I delete my account?")
     for asked in ("how do i stop paying for nimbus. NOT deleting my account, i want to keep my stuff",
                   "i don't want to delete my account, just stop the payments",
-                  "how do i stop being charged without deleting everything"):
+                  "how do i stop being charged without deleting everything",
+                  "i want to stop paying for personal but NOT delete my account, i need my files"):
         verdict = check_source(asked, deletion["answer"], VOCABULARY, COVERAGE, 0.9,
                                source_question=deletion["question"])
         assert not verdict.answers and "asks not to delet" in verdict.reason, asked
@@ -206,6 +207,9 @@ def test_a_source_whose_own_action_the_question_refuses_does_not_answer_it():
     asked = "how do i delete my account? not cancelling first, just delete it all"
     assert check_source(asked, deletion["answer"], VOCABULARY, COVERAGE, 0.9,
                         source_question=deletion["question"]).answers
+    photos = approved("How do I back up my phone photos automatically?")
+    assert check_source("my phone photos are not backing up to nimbus anymore", photos["answer"], VOCABULARY,
+                        COVERAGE, 0.9, source_question=photos["question"]).answers
     syncing = approved("My files are not syncing on my computer. How do I fix it?")
     assert check_source("my files are not syncing on my laptop since monday", syncing["answer"], VOCABULARY,
                         COVERAGE, 0.9, source_question=syncing["question"]).answers
