@@ -64,11 +64,12 @@ _OBJECT_REACH = 3
 
 # A question that says what it does not want done, or may not do ("but NOT delete my account", "without
 # cancelling", "i don't want to delete it", "we're not allowed to install apps"), is not answered by the source
-# whose action that is. A symptom ("my photos are not backing up") is no refusal.
+# whose action that is.
+# "not" after these says how things are, not what is wanted ("photos are not backing up").
+_STATE_WORDS = ("is", "are", "was", "were", "am", "its", "it's", "does", "did", "can", "will", "would", "should")
 _REFUSED = re.compile(r"(?: not (?:allowed|permitted) to | without (?=[a-z]+ing )|"
                       r" (?:don't|dont|do not|no longer) (?:want|wanna|need) (?:to )?|"
-                      r"(?<! is)(?<! are)(?<! was)(?<! were)(?<! am)(?<! its)(?<! it's)(?<! does)(?<! did)(?<! can)"
-                      r"(?<! will)(?<! would)(?<! should) not (?:to )?)([a-z]+) ")
+                      + "".join(f"(?<! {re.escape(word)})" for word in _STATE_WORDS) + r" not (?:to )?)([a-z]+) ")
 
 # The particles of phrasal verbs above that may stand apart from their verb ("turn 2FA off").
 PARTICLES = ("on", "off")
@@ -208,8 +209,9 @@ def refused_action(question: str, lead: str) -> str:
     source's own action, the first word of its title or question (`lead`: "Delete your Nimbus Drive account"), or
     ""."""
     leading = content_words(lead)[:1]
+    action = stem(leading[0]) if leading else ""
     for match in _REFUSED.finditer(_padded(question)):
-        if leading and stem(match.group(1)) == stem(leading[0]):
+        if action and stem(match.group(1)) == action:
             return match.group(1)
     return ""
 

@@ -201,8 +201,8 @@ def test_a_source_whose_own_action_the_question_refuses_does_not_answer_it():
         assert not check_source(asked, ARTICLES["delete-account"], VOCABULARY, COVERAGE, 0.9).answers, asked
     install = approved("How do I install the Nimbus Drive desktop app?")
     asked = "how do i map nimbus as a network drive on my work pc? we're not allowed to install apps"
-    assert not check_source(asked, install["answer"], VOCABULARY, COVERAGE, 0.9,
-                            source_question=install["question"]).answers
+    verdict = check_source(asked, install["answer"], VOCABULARY, COVERAGE, 0.9, source_question=install["question"])
+    assert not verdict.answers and "asks not to install" in verdict.reason
     # A refusal of something else, or a plain negation, leaves the source that does the asked action alone:
     asked = "how do i delete my account? not cancelling first, just delete it all"
     assert check_source(asked, deletion["answer"], VOCABULARY, COVERAGE, 0.9,
