@@ -81,7 +81,8 @@ _PRICE = re.compile(r"\b(?:cost|costs|price|prices|how much|total|spend|savings|
                     r"come to|comes to|altogether|all together|in total)\b", re.I)
 # ... or an add-on priced on top of a plan ("if I add the extra storage, what's my monthly total?").
 _ADDED = re.compile(r"\b(?:add|adding|added|add-on|extra|on top of|plus)\b.*"
-                    r"\b(?:total|how much|costs?|come to|comes to|altogether|all together)\b"
+                    r"\b(?:total|how much|costs?|come to|comes to|altogether|all together|"
+                    r"what(?:'s| is| would| will) (?:my |the |our )?(?:monthly |yearly |annual |new )?bill)\b"
                     r"|\b(?:total|how much|costs?)\b.*\b(?:add|adding|add-on|extra|plus)\b",
                     re.I | re.S)
 _COMPARE = re.compile(r"\b(?:difference|compared?|versus|vs\.?|instead of|rather than|than)\b", re.I)

@@ -51,6 +51,10 @@ OPPOSITES = (
     (("delete",), ("undo", "undelete", "cancel the deletion", "reverse")),
     (("install",), ("uninstall",)),
     (("archive",), ("unarchive",)),
+    # Not an action but its premise: a customer who still knows the password wants to change it, not the
+    # forgotten-password steps.
+    (("forgot", "forget", "forgotten", "can't remember", "cant remember", "don't remember", "dont remember"),
+     ("still know", "know my password", "know my current password", "know my old password", "know the password")),
 )
 
 # The object of a question's action: the first word within _OBJECT_REACH after a verb that takes one, past these.
@@ -67,7 +71,7 @@ _OBJECT_REACH = 3
 # whose action that is.
 # "not" after these says how things are, not what is wanted ("photos are not backing up").
 _STATE_WORDS = ("is", "are", "was", "were", "am", "its", "it's", "does", "did", "can", "will", "would", "should")
-_REFUSED = re.compile(r"(?: not (?:allowed|permitted) to | without (?=[a-z]+ing )|"
+_REFUSED = re.compile(r"(?: not (?:allowed|permitted) to | without (?:me |us |you |them |anyone )?(?=[a-z]+ing )|"
                       r" (?:don't|dont|do not|no longer) (?:want|wanna|need) (?:to )?|"
                       + "".join(f"(?<! {re.escape(word)})" for word in _STATE_WORDS) + r" not (?:to )?)([a-z]+) ")
 
@@ -205,9 +209,9 @@ def unheld_object(question: str, source: str, vocabulary: Vocabulary) -> str:
 
 
 def refused_action(question: str, lead: str) -> str:
-    """What the question says it does not want done ("NOT deleting my account": deleting) where that is the
-    source's own action, the first word of its title or question (`lead`: "Delete your Nimbus Drive account"), or
-    ""."""
+    """What the question says it does not want done ("NOT deleting my account", "without me inviting": deleting,
+    inviting) where that is the source's own action, the first word of its title or question (`lead`: "Delete your
+    Nimbus Drive account"), or ""."""
     leading = content_words(lead)[:1]
     action = stem(leading[0]) if leading else ""
     for match in _REFUSED.finditer(_padded(question)):

@@ -203,6 +203,10 @@ def test_a_source_whose_own_action_the_question_refuses_does_not_answer_it():
     asked = "how do i map nimbus as a network drive on my work pc? we're not allowed to install apps"
     verdict = check_source(asked, install["answer"], VOCABULARY, COVERAGE, 0.9, source_question=install["question"])
     assert not verdict.answers and "asks not to install" in verdict.reason
+    invite = approved("How do I invite people to my team?")
+    asked = "can everyone with an @ourcompany.com email just join our team without me inviting each one?"
+    verdict = check_source(asked, invite["answer"], VOCABULARY, COVERAGE, 0.9, source_question=invite["question"])
+    assert not verdict.answers and "asks not to inviting" in verdict.reason
     # A refusal of something else, or a plain negation, leaves the source that does the asked action alone:
     asked = "how do i delete my account? not cancelling first, just delete it all"
     assert check_source(asked, deletion["answer"], VOCABULARY, COVERAGE, 0.9,
@@ -213,6 +217,18 @@ def test_a_source_whose_own_action_the_question_refuses_does_not_answer_it():
     syncing = approved("My files are not syncing on my computer. How do I fix it?")
     assert check_source("my files are not syncing on my laptop since monday", syncing["answer"], VOCABULARY,
                         COVERAGE, 0.9, source_question=syncing["question"]).answers
+
+
+def test_a_password_the_customer_still_knows_is_not_answered_by_the_forgotten_password_steps():
+    forgot = approved("How do I reset my password?")
+    asked = "i know my password, i just want to change it to something stronger. where is that"
+    verdict = check_source(asked, forgot["answer"], VOCABULARY, COVERAGE, 0.9, source_question=forgot["question"])
+    assert not verdict.answers and "know my password" in verdict.reason
+    assert check_source(asked, ARTICLES["reset-password"], VOCABULARY, COVERAGE, 0.9).answers  # "you still know"
+    for asked in ("hey i cant remember my nimbus password at all, how do i make a new one",
+                  "forgot my pw, i know my email though"):
+        assert check_source(asked, forgot["answer"], VOCABULARY, COVERAGE, 0.9,
+                            source_question=forgot["question"]).answers, asked
 
 
 def test_un_with_a_hyphen_is_the_opposite_action():
@@ -297,6 +313,7 @@ def test_declined_and_sums():
     assert needs_sum("5 of us want the team plan paid yearly. what does that come to all together?")
     assert not needs_sum("we're 25 seats on team, billed yearly. can we pay by bank transfer?")
     assert needs_sum("on Personal, if I add the extra 1 TB what's my monthly total?")
+    assert needs_sum("im on personal monthly. if i add the extra terabyte thing what's my monthly bill going to be")
     assert needs_sum("thinking of team for our 6 person office, what would the bill be?")
     assert not needs_sum("how do I add my VAT number to the bill?")
     assert not needs_sum("any way to have attachments land in a folder instead of saving every one by hand?")
