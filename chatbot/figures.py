@@ -21,6 +21,12 @@ def sum_figures(question: str, asked: str, article_id: str | None, cache: Answer
     articles = cache.list_articles()
     plans = frozenset(label.lower() for a in articles for unit in article_units(a.body) if (label := list_label(unit)))
     worked = worked_sum(question, figures.text, plans) if figures else ""
+    if figures and not worked and not reads_as_follow_up(question):
+        # The checked article may state the figures in passing ("choose Personal ($8 per month ...) or Team ($12
+        # per user per month ...)"), two plans a line, which settles no sum; the price list states one a line.
+        listed = price_list(asked, cache, vocabulary)
+        if listed and (worked := worked_sum(question, listed.text, plans)):
+            figures = listed
     if not worked and names_a_discount(question):
         return discounted_figures(question, articles, plans) or figures
     return Passage(figures.source, figures.title, figures.text, worked) if figures else None

@@ -75,6 +75,10 @@ _REFUSED = re.compile(r"(?: not (?:allowed|permitted) to | without (?:me |us |yo
                       r" (?:don't|dont|do not|no longer) (?:want|wanna|need) (?:to )?|"
                       + "".join(f"(?<! {re.escape(word)})" for word in _STATE_WORDS) + r" not (?:to )?)([a-z]+) ")
 
+# Verbs that say little alone: a refusal of one refuses what follows it ("without me sending invites").
+_LIGHT_VERBS = frozenset("""send sending do doing make making have having give giving get getting go going
+create creating set setting""".split())
+
 # The particles of phrasal verbs above that may stand apart from their verb ("turn 2FA off").
 PARTICLES = ("on", "off")
 
@@ -214,9 +218,13 @@ def refused_action(question: str, lead: str) -> str:
     Nimbus Drive account"), or ""."""
     leading = content_words(lead)[:1]
     action = stem(leading[0]) if leading else ""
-    for match in _REFUSED.finditer(_padded(question)):
-        if action and stem(match.group(1)) == action:
-            return match.group(1)
+    asked = _padded(question)
+    for match in _REFUSED.finditer(asked):
+        refused = match.group(1)
+        if refused in _LIGHT_VERBS:  # "without me sending invites": what is refused is inviting
+            refused = next(iter(content_words(asked[match.end() :])[:1]), refused)
+        if action and stem(refused) == action:
+            return refused
     return ""
 
 

@@ -207,6 +207,9 @@ def test_a_source_whose_own_action_the_question_refuses_does_not_answer_it():
     asked = "can everyone with an @ourcompany.com email just join our team without me inviting each one?"
     verdict = check_source(asked, invite["answer"], VOCABULARY, COVERAGE, 0.9, source_question=invite["question"])
     assert not verdict.answers and "asks not to inviting" in verdict.reason
+    asked = "we want anyone with our company email to join our team automatically, without me sending invites"
+    verdict = check_source(asked, invite["answer"], VOCABULARY, COVERAGE, 0.9, source_question=invite["question"])
+    assert not verdict.answers and "asks not to invites" in verdict.reason
     # A refusal of something else, or a plain negation, leaves the source that does the asked action alone:
     asked = "how do i delete my account? not cancelling first, just delete it all"
     assert check_source(asked, deletion["answer"], VOCABULARY, COVERAGE, 0.9,

@@ -147,3 +147,7 @@ def test_a_sum_is_worked_from_the_quoted_figures_and_a_named_discount_from_the_l
     assert figures.worked.endswith("10 users × $84 per user per year = $840 per year.")
     full_price = "10 of us on team, what would it cost a year"
     assert "$1,200 per year" in sum_figures(full_price, full_price, "plans-and-pricing", cache, words).worked
+    # The upgrade article names both plans' prices in one step, which settles no sum: the price list does.
+    monthly = "how much is team for 4 people if we pay monthly?"
+    figures = sum_figures(monthly, monthly, "upgrade-plan", cache, words)
+    assert figures.source == "article:plans-and-pricing" and figures.worked.endswith("= $48 per month.")
