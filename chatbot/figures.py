@@ -9,7 +9,7 @@ from .questions import reads_as_follow_up
 from .relevance import unknown_product
 from .sums import names_a_discount, priced_line, qualified_alike, users_asked, word_set, worked_sum
 from .support import Passage, article_units, list_label, names_a_priced_item, priced_passage
-from .terms import Vocabulary
+from .terms import Vocabulary, spelled_out
 
 
 def sum_figures(question: str, asked: str, article_id: str | None, cache: AnswerCache,
@@ -21,7 +21,7 @@ def sum_figures(question: str, asked: str, article_id: str | None, cache: Answer
     articles = cache.list_articles()
     plans = frozenset(label.lower() for a in articles for unit in article_units(a.body) if (label := list_label(unit)))
     worked = worked_sum(question, figures.text, plans) if figures else ""
-    if figures and not worked and not reads_as_follow_up(question):
+    if figures and not worked and asked == spelled_out(question):  # not a follow-up retrieved with its question
         # The checked article may state the figures in passing ("choose Personal ($8 per month ...) or Team ($12
         # per user per month ...)"), two plans a line, which settles no sum; the price list states one a line.
         listed = price_list(asked, cache, vocabulary)

@@ -151,3 +151,6 @@ def test_a_sum_is_worked_from_the_quoted_figures_and_a_named_discount_from_the_l
     monthly = "how much is team for 4 people if we pay monthly?"
     figures = sum_figures(monthly, monthly, "upgrade-plan", cache, words)
     assert figures.source == "article:plans-and-pricing" and figures.worked.endswith("= $48 per month.")
+    pair = "me and my sister want team, whats it cost per year"  # "it" in a first message: not a follow-up
+    figures = sum_figures(pair, pair, "upgrade-plan", cache, words)
+    assert figures.worked.endswith("3 users × $120 per user per year = $360 per year.")
