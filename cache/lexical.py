@@ -9,6 +9,7 @@ Cost: rebuild O(total wording tokens); a query O(query tokens x matching wording
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 
 import bm25s
@@ -18,10 +19,19 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from cache.schema import Entry, Wording
 
-STEMMER = Stemmer.Stemmer("english")
+# PyStemmer's stemmers are not thread-safe, and several customers' questions are matched at once: one per thread.
+_STEMMERS = threading.local()
 # A BM25 score s becomes s / (s + LEXICAL_HALF) in [0, 1): half its weight at s = 2, about one rare word
 # shared. Chosen with the fusion weight on the tuning half of the shipped question groups (bench/retrieval.py).
 LEXICAL_HALF = 2.0
+
+
+def english_stemmer() -> Stemmer.Stemmer:
+    """This thread's English stemmer."""
+    stemmer = getattr(_STEMMERS, "english", None)
+    if stemmer is None:
+        stemmer = _STEMMERS.english = Stemmer.Stemmer("english")
+    return stemmer
 
 
 @dataclass(frozen=True)
@@ -36,7 +46,8 @@ class LexicalSnapshot:
         """Each entry's best BM25 score over its wordings, for entries sharing a word with `question`."""
         if self.retriever is None:
             return {}
-        tokens = bm25s.tokenize([question], stopwords="en", stemmer=STEMMER, return_ids=False, show_progress=False)
+        tokens = bm25s.tokenize([question], stopwords="en", stemmer=english_stemmer(), return_ids=False,
+                                show_progress=False)
         if not tokens[0]:
             return {}
         best: dict[int, float] = {}
@@ -74,7 +85,7 @@ def build(session: Session, seq: int) -> LexicalSnapshot:
     docs = [(row.id, row.question) for row in questions] + [(row.entry_id, row.question) for row in wordings]
     if not docs:
         return LexicalSnapshot(seq)
-    corpus = bm25s.tokenize([text for _, text in docs], stopwords="en", stemmer=STEMMER, show_progress=False)
+    corpus = bm25s.tokenize([text for _, text in docs], stopwords="en", stemmer=english_stemmer(), show_progress=False)
     if not corpus.vocab:  # only stopwords: bm25s cannot index an empty vocabulary
         return LexicalSnapshot(seq)
     retriever = bm25s.BM25()

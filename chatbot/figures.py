@@ -21,7 +21,7 @@ def sum_figures(question: str, asked: str, article_id: str | None, cache: Answer
     articles = cache.list_articles()
     plans = frozenset(label.lower() for a in articles for unit in article_units(a.body) if (label := list_label(unit)))
     worked = worked_sum(question, figures.text, plans) if figures else ""
-    if figures and not worked and asked == spelled_out(question):  # not a follow-up retrieved with its question
+    if figures and not worked and retrieved_alone(question, asked):
         # The checked article may state the figures in passing ("choose Personal ($8 per month ...) or Team ($12
         # per user per month ...)"), two plans a line, which settles no sum; the price list states one a line.
         listed = price_list(asked, cache, vocabulary)
@@ -30,6 +30,12 @@ def sum_figures(question: str, asked: str, article_id: str | None, cache: Answer
     if not worked and names_a_discount(question):
         return discounted_figures(question, articles, plans) or figures
     return Passage(figures.source, figures.title, figures.text, worked) if figures else None
+
+
+def retrieved_alone(question: str, asked: str) -> bool:
+    """Whether the question was retrieved as itself (`asked`, spelled out), not joined to the one before it as a
+    follow-up: only then is another article's price list its own question's."""
+    return asked == spelled_out(question)
 
 
 def discounted_figures(question: str, articles: list, plans: frozenset[str]) -> Passage | None:
