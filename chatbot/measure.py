@@ -73,6 +73,7 @@ class ReplyMeter:
             padded_steps=turn.steps.padded,
             forward=self.engine.forward, weights=self.engine.weights, prefill_weights=self.engine.prefill_weights,
             attention=self.engine.attention, prefill_attention=self.engine.prefill_attention,
+            lane_head=self.engine.lane_head,
             shared_with=round(sharing.mean_others, 2) if sharing else 0.0,
             prefill_chunk=turn.steps.prefill_chunk or 0, prefill_break=turn.steps.prefill_break,
             prompt_tokens=len(turn.prompt.ids),

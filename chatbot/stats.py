@@ -59,6 +59,7 @@ class ReplyStats:
     prefill_weights: str = ""  # the format its prompt was prefilled in; "": the same as `weights` (replies before it)
     attention: str = "sdpa"  # how its decode steps attended: "kernel" (decoding/csrc) or "sdpa" (replies before it)
     prefill_attention: str = "sdpa"  # how its prompt attended: "kernel" or "sdpa" (replies before it)
+    lane_head: bool = False  # its head ran on the lane library's bf16 product (False: PyTorch's; replies before it)
     shared_with: float = 0.0  # other replies in each of its decode forwards, on average (0: it decoded alone)
     prefill_chunk: int = 0  # its prompt fed in chunks of this many tokens (StepConfig.prefill_chunk); 0: one forward
     prefill_break: int = 0  # where those chunks broke off its prompt's beginning (StepConfig.prefill_break); 0: none

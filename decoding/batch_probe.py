@@ -37,7 +37,7 @@ def rows_keep_their_bits(model: PackedLlama, width: int, max_lanes: int, short_l
     """Whether sharing forwards among up to `max_lanes` replies leaves every row's logits as they are alone
     (with `short_lanes`, replies whose blocks hold 1..W rows, as unpadded steps give)."""
     verdicts = _verdicts.setdefault(model.source, {})
-    key = ("shared", model.weights, width, max_lanes, short_lanes)
+    key = ("shared", model.packing, width, max_lanes, short_lanes)
     if key not in verdicts:
         verdicts[key] = not shared_forward_mismatches(
             model, width, max_lanes, every_position=False, short_lanes=short_lanes
@@ -49,7 +49,7 @@ def short_blocks_keep_their_bits(model: PackedLlama, width: int) -> bool:
     """Whether a block of fewer than `width` inputs, run as it is, gives each row the bits it gets padded to
     `width`: then short blocks need no padding (StepConfig.padded) and a greedy step costs one row, not W."""
     verdicts = _verdicts.setdefault(model.source, {})
-    key = ("short", model.weights, width)
+    key = ("short", model.packing, width)
     if key not in verdicts:
         # Each trial checks every length below W, so wide blocks need fewer: about 1 s at W = 16 (int4, 2 threads).
         verdicts[key] = not short_block_mismatches(model, width, trials=max(2, 32 // width))

@@ -79,6 +79,8 @@ def machine_key(model, steps: StepConfig = ONE_TOKEN_STEPS) -> str:
         shape += f"-{packing.weights}"
     if packing.attention != "sdpa":
         shape += f"-{packing.attention}"
+    if packing.lane_head:
+        shape += "-lane-head"
     width = f"width={steps.width},cache_len={steps.cache_len}" if steps.width else "width=variable"
     if steps.width and not steps.padded:
         width += ",unpadded"

@@ -99,6 +99,10 @@ class Engine:
         return self.recipe.prefill_attention
 
     @property
+    def lane_head(self) -> bool:
+        return self.recipe.lane_head
+
+    @property
     def step_width(self) -> int | None:
         return self.recipe.step_width
 
@@ -186,7 +190,7 @@ def forward_for(source: torch.nn.Module, recipe: DecodeRecipe, prefix_cache_byte
     return PackedLlama(
         source, weights=recipe.weights, prefill_weights=recipe.prefill_weights,
         lane_kernel=recipe.attention == "kernel", batched_attention=recipe.attention == "batched",
-        prefill_attention=recipe.prefill_attention, prefix_cache_bytes=prefix_cache_bytes,
+        prefill_attention=recipe.prefill_attention, lane_head=recipe.lane_head, prefix_cache_bytes=prefix_cache_bytes,
     )
 
 

@@ -1,6 +1,6 @@
 """Builds and loads the lane library once per machine: the lane attention kernel and RMS norm
-(decoding/csrc/lane_attention.cpp), the q4 weight product (decoding/csrc/q4_product.cpp) and greedy's argmax
-(decoding/csrc/first_argmax.cpp).
+(decoding/csrc/lane_attention.cpp), the q4 weight product (decoding/csrc/q4_product.cpp), the bf16 head product
+(decoding/csrc/head_product.cpp) and greedy's argmax (decoding/csrc/first_argmax.cpp).
 
 The kernel is compiled for the machine's own CPU (-march=native: AVX-512 where it has it, else AVX2) into a
 folder under ~/.cache named after the source, torch's version, the CPU's flags and the instruction set, so an
@@ -23,7 +23,7 @@ import torch
 logger = logging.getLogger(__name__)
 
 SOURCES = [Path(__file__).parent / "csrc" / name
-           for name in ("lane_attention.cpp", "q4_product.cpp", "first_argmax.cpp")]
+           for name in ("lane_attention.cpp", "q4_product.cpp", "head_product.cpp", "first_argmax.cpp")]
 HEADERS = [Path(__file__).parent / "csrc" / "lanes.h"]  # included by the sources: part of a build's name too
 BUILD_ROOT = Path.home() / ".cache" / "llma-helpdesk" / "kernels"
 ISA_VARIABLE = "CHATBOT_KERNEL_ISA"

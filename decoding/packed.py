@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from .kv_pool import FreeCaches
 from .layers import LaneBatch, LaneInputs, decoder_class, scripted
-from .packing import ModelShape, Packer, settle_packing
+from .packing import ModelShape, Packer, head_format, settle_packing
 from .prefix_cache import PrefixCache
 from .weights import Weight
 
@@ -102,10 +102,10 @@ class PackedLlama:
     def __init__(
         self, model: torch.nn.Module, *, weights: str = "dense", prefill_weights: str | None = None,
         lane_kernel: bool | None = None, prefill_attention: str | None = None, batched_attention: bool | None = None,
-        prefix_cache_bytes: int = DEFAULT_PREFIX_CACHE_BYTES, width_hint: int = 8,
+        lane_head: bool | None = None, prefix_cache_bytes: int = DEFAULT_PREFIX_CACHE_BYTES, width_hint: int = 8,
     ) -> None:
         self.packing = settle_packing(model, weights, prefill_weights, lane_kernel, prefill_attention,
-                                      batched_attention)
+                                      batched_attention, lane_head)
         self.source, self.shape = model, ModelShape.of(model)
         self.config, self.device, self.dtype = model.config, model.device, model.dtype
         self.embed = model.model.embed_tokens.weight.detach()
@@ -121,11 +121,11 @@ class PackedLlama:
     def _stack(self, packer: Packer, heads: dict[str, Weight], weights: str, attention: str) -> LayerStack:
         """Layers in `weights` attending by `attention`, and their head (one per format: a dense head is shared)."""
         layers = decoder_class(weights, attention)(packer.layers(weights), self.shape, self.device)
-        head_format = "dense" if weights in ("int4", "q4") else weights  # Packer.head
-        if head_format not in heads:
-            heads[head_format] = packer.head(weights)
+        head = head_format(weights, self.packing.lane_head)
+        if head not in heads:
+            heads[head] = packer.head(weights, self.packing.lane_head)
         rotary = RotaryTables(self.source.model.rotary_emb, self.shape.head_dim, self.dtype, self.device)
-        return LayerStack(scripted(layers, self.device), heads[head_format], rotary)
+        return LayerStack(scripted(layers, self.device), heads[head], rotary)
 
     @property
     def weights(self) -> str:

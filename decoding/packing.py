@@ -13,7 +13,7 @@ import torch
 from .hardware import onednn_has_bf16
 from .lane_kernel import lane_kernel_refusal
 from .recipe import Packing
-from .weights import Weight, format_refusal, pack_weight
+from .weights import Weight, format_refusal, lane_head_refusal, lane_head_weight, pack_weight
 
 PACKABLE_TYPES = ("llama", "mistral", "qwen2")  # pre-norm, SiLU-gated MLP, rotary attention: one code path
 PACKED_DTYPES = (torch.float32, torch.bfloat16)
@@ -44,6 +44,7 @@ def packing_refusal(model: torch.nn.Module) -> str | None:
 def settle_packing(
     model: torch.nn.Module, weights: str = "dense", prefill_weights: str | None = None,
     lane_kernel: bool | None = None, prefill_attention: str | None = None, batched_attention: bool | None = None,
+    lane_head: bool | None = None,
 ) -> Packing:
     """The packing of `model` for these choices, each one left None as this machine allows; a combination that
     cannot run is refused with the reason (ValueError). Every choice rounds a reply otherwise, so each is recorded
@@ -75,8 +76,19 @@ def settle_packing(
     if prefill_attention == "kernel" and not lane_kernel:
         raise ValueError("prefills attend through the lane kernel only where decode steps do")
     attention = "kernel" if lane_kernel else "batched" if batched_attention else "sdpa"
+    if lane_head is None:
+        lane_head = lane_kernel and bf16_emulated(weights, model.dtype)
+    head_refusal = lane_head_refusal(model.lm_head.weight) if lane_head else None
+    if head_refusal is not None:
+        raise ValueError(f"cannot pack this model: {head_refusal}")
     return Packing("packed", weights, prefill_weights or prompt_weights(weights, model.dtype), attention,
-                   prefill_attention)
+                   prefill_attention, lane_head)
+
+
+def bf16_emulated(weights: str, dtype: torch.dtype) -> bool:
+    """Whether q4 steps in bf16 run where PyTorch's bf16 products are emulated (an AVX2 CPU without AVX512-BF16):
+    there prompts prefill in q4 (prompt_weights) and the head runs on the lane library (Packer.head)."""
+    return weights == "q4" and dtype == torch.bfloat16 and not onednn_has_bf16()
 
 
 def prompt_weights(weights: str, dtype: torch.dtype) -> str:
@@ -85,9 +97,7 @@ def prompt_weights(weights: str, dtype: torch.dtype) -> str:
     dense (512 tokens, AMD EPYC: int4 0.88 s, int8 1.03 s, dense 0.45 s). Where they are not (AVX2 without
     AVX-512), dense bf16 is emulated and q4 steps prefill in q4: 480 tokens took 0.50 s against 2.74 s dense
     (docs/kernels/avx2.md). Greedy and LLMA share the prefill, so replies stay identical either way."""
-    if weights == "q4" and dtype == torch.bfloat16 and not onednn_has_bf16():
-        return "q4"
-    return "dense"
+    return "q4" if bf16_emulated(weights, dtype) else "dense"
 
 
 @dataclass(frozen=True)
@@ -162,12 +172,22 @@ class Packer:
             [layer.post_attention_layernorm.weight.detach() for layer in layers],
         )
 
-    def head(self, weights: str) -> Weight:
+    def head(self, weights: str, lane_head: bool) -> Weight:
         """The LM head for layers in `weights`. Under int4 and q4 it stays in the model's dtype (the bundled GGUF
         stores it, the tied embedding, as Q8_0, which bf16 holds nearly as is): the int8 kernel's cost grows with
         every row and the dense one's barely (16 rows: 12.2 against 3.4 ms; 1 row: 2.05 against 2.19 ms; AMD EPYC,
-        2 threads), and a shared forward of many replies' rows pays it in full."""
-        return self.weight(self.model.lm_head.weight, "dense" if weights in ("int4", "q4") else weights)
+        2 threads), and a shared forward of many replies' rows pays it in full. With `lane_head` that bf16 head
+        runs on the lane library's product: where PyTorch emulates bf16, its own took 17.7 ms for 8 rows."""
+        if head_format(weights, lane_head) == "lane":
+            return lane_head_weight(self.model.lm_head.weight)
+        return self.weight(self.model.lm_head.weight, head_format(weights, lane_head))
+
+
+def head_format(weights: str, lane_head: bool) -> str:
+    """The format of the head of layers in `weights`: "lane" (Packer.head), "dense" or the layers' own."""
+    if weights == "int8":
+        return "int8"
+    return "lane" if lane_head else "dense"
 
 
 def _qkv_bias(attn: torch.nn.Module) -> torch.Tensor | None:

@@ -28,6 +28,7 @@ class Packing:
     prefill_weights: str = "dense"  # the prompts' format
     attention: str = "sdpa"  # how decode steps attend: one of ATTENTIONS
     prefill_attention: str = "sdpa"  # how prompts attend: one of PREFILL_ATTENTIONS
+    lane_head: bool = False  # the LM head, where it would be dense bf16, runs on the lane library's product instead
 
 
 TRANSFORMERS = Packing()
@@ -54,6 +55,7 @@ class DecodeRecipe:
     prefill_weights: str = "dense"
     attention: str = "sdpa"
     prefill_attention: str = "sdpa"
+    lane_head: bool = False
     step_width: int | None = None  # every decode forward this wide; None: one-token steps
     padded_steps: bool = True  # short blocks padded to the width (False where measured needless: StepConfig.padded)
     prefill_chunk: int | None = None  # prompts fed this many tokens a forward; None: in one (transformers' forward)
@@ -80,7 +82,8 @@ class DecodeRecipe:
 
     @property
     def packing(self) -> Packing:
-        return Packing(self.forward, self.weights, self.prefill_weights, self.attention, self.prefill_attention)
+        return Packing(self.forward, self.weights, self.prefill_weights, self.attention, self.prefill_attention,
+                       self.lane_head)
 
     def steps(self, prompt_len: int, max_new_tokens: int, beginning: int = 0) -> StepConfig:
         """The shape of every decode forward for this prompt and reply budget (greedy and LLMA alike); the prompt's
@@ -108,6 +111,8 @@ class DecodeRecipe:
             weights += ", lane-kernel attention"  # prompts' too, unless prefill_attention says otherwise
         elif self.attention == "batched":
             weights += ", batched attention"  # decode steps' only; prompts attend through SDPA
+        if self.lane_head:
+            weights += ", lane-library head"
         return f"{self.forward} forward{weights}, {steps}"
 
     def to_json(self) -> dict:

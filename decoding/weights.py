@@ -37,6 +37,8 @@ PLAIN = 1  # the model's dtype as it is (off the CPU)
 INT8 = 2  # int8 (N, K), a scale per output channel: w = q * scale
 INT4 = 3  # 4 bits packed for the CPU kernel, a scale and an offset per INT4_GROUP inputs: w = (q - 8) * d + z
 Q4 = 4  # 4 bits for the lane library's product, a step and a low per INT4_GROUP inputs: w = q * step + low
+LANE_HEAD = 5  # bf16 in tiles of HEAD_TILE outputs for the lane library's head product (decoding/csrc/head_product.cpp)
+HEAD_TILE = 16
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,9 @@ class Weight:
     def __call__(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         if self.kernel == Q4:
             return q4_product(x, self.data, self.scales, bias)
+        if self.kernel == LANE_HEAD:
+            y = torch.ops.llma.head_linear(x, self.data)
+            return y if bias is None else y + bias
         return product(self.kernel, x, self.data, self.scales, bias)
 
 
@@ -87,6 +92,30 @@ def q4_refusal() -> str | None:
     if not torch.ops.llma.q4_available():
         return "q4 weights need a CPU with AVX512-BF16, or AVX2 and FMA"
     return None
+
+
+def lane_head_refusal(weight: torch.Tensor) -> str | None:
+    """Why the LM head `weight` (N, K) cannot run on the lane library's bf16 product here, or None."""
+    refusal = lane_kernel_refusal()
+    if refusal is not None:
+        return f"the lane head runs on the lane library: {refusal}"
+    if not torch.ops.llma.head_available():
+        return "the lane head needs a CPU with AVX-512, or AVX2 and FMA"
+    if weight.dtype != torch.bfloat16 or weight.device.type != "cpu" or weight.shape[0] % HEAD_TILE:
+        shape = f"{weight.dtype} {tuple(weight.shape)} on {weight.device.type}"
+        return f"the lane head takes a bf16 weight on the CPU of outputs in {HEAD_TILE}s, not {shape}"
+    return None
+
+
+def lane_head_weight(weight: torch.Tensor) -> Weight:
+    """The LM head (N, K) for the lane library's product: per tile of HEAD_TILE outputs, input after input, the
+    tile's weights of that input (N / HEAD_TILE, K * HEAD_TILE), the model's bf16 values as they are."""
+    refusal = lane_head_refusal(weight)
+    if refusal is not None:
+        raise ValueError(refusal)
+    n, k = weight.shape
+    tiles = weight.detach().view(n // HEAD_TILE, HEAD_TILE, k).transpose(1, 2).contiguous()
+    return Weight(LANE_HEAD, tiles.view(n // HEAD_TILE, k * HEAD_TILE), _NO_SCALES)
 
 
 def format_refusal(weights: str, dtype: torch.dtype, device: torch.device) -> str | None:

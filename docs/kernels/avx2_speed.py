@@ -79,7 +79,8 @@ def child(weights: str) -> None:
     assert model.lane_kernel, "the lane library did not build"
     result = {f"{lanes}x{rows}": forward_ms(model, lanes, rows) for lanes, rows in SHAPES}
     result["tokens/s"], result["replies"] = greedy_speed(model, tokenizer)
-    result["paths"], result["torch"] = kernel_paths(), torch.backends.cpu.get_cpu_capability()
+    head = ", lane head" if model.packing.lane_head else ""
+    result["paths"], result["torch"] = kernel_paths() + head, torch.backends.cpu.get_cpu_capability()
     print(json.dumps(result))
 
 

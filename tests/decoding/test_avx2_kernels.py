@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 KERNEL_TESTS = [
     "tests/decoding/test_lane_kernel.py",
     "tests/decoding/test_q4_product.py",
+    "tests/decoding/test_head_product.py",
     "tests/decoding/test_repetition.py::test_the_float_argmax_picks_what_torchs_own_argmax_picks_ties_and_nans_included",
     "tests/decoding/test_repetition.py::test_the_argmax_kernel_agrees_with_torch_on_rows_full_of_ties_and_is_what_first_argmax_returns",
 ]
@@ -46,8 +47,9 @@ def test_the_kernel_tests_pass_on_the_avx2_paths():
 
 def kernel_outputs() -> dict[str, torch.Tensor]:
     """Every kernel of the library on fixed random inputs: attention (bf16 and fp32, head sizes 16, 64 and 128,
-    with and without a window, lanes of 1, 5 and 8 rows), the caches it wrote, scores, RMS norm, argmax and q4."""
-    from decoding.weights import q4_refusal, q4_weight
+    with and without a window, lanes of 1, 5 and 8 rows), the caches it wrote, scores, RMS norm, argmax, q4 and
+    the head product."""
+    from decoding.weights import lane_head_refusal, lane_head_weight, q4_refusal, q4_weight
     from tests.decoding.test_lane_kernel import attend
 
     gen = torch.Generator().manual_seed(0)
@@ -74,6 +76,11 @@ def kernel_outputs() -> dict[str, torch.Tensor]:
         x = torch.randn(11, 288, generator=gen).bfloat16()
         x[0, :40], x[1, ::2], x[2, 5], x[3, 7] = 0.0, -0.0, 1e-39, float("inf")  # zeros' signs, a denormal, NaNs
         out["q4_linear"], out["q4_linear one row"] = weight(x), weight(x[4:5])  # one row alone: its own path
+    head = (torch.randn(80, 576, generator=gen) * 0.05).bfloat16()
+    if lane_head_refusal(head) is None:
+        x = torch.randn(11, 576, generator=gen).bfloat16()
+        x[1, 3], x[2, ::2] = float("inf"), -0.0
+        out["head_linear"], out["head_linear one row"] = lane_head_weight(head)(x), lane_head_weight(head)(x[4:5])
     return out
 
 

@@ -88,17 +88,23 @@ def test_thumbs_and_reason_are_stored_with_the_reply(chat_page, admin_client):
 
 
 def test_stop_keeps_nothing_and_hostile_question_stays_text(browser, server, admin_client):
-    page = new_page(browser, f"{server.url}/")
-    # A long question, so the click lands while its prompt is still being prefilled: a short reply can now
-    # finish before the Stop button is clicked (the page then rightly stops nothing).
-    ask(page, EVIL_QUESTION + " " + LONG_CONTEXT)
-    page.locator("#stop").click()
-    page.get_by_text("Stopped: this reply was not saved").wait_for(timeout=30_000)
-    assert page.locator("#question textarea").is_enabled()
-    assert "<img src=x onerror=" in page.locator("#chat").inner_text()  # shown as typed
-    assert page.evaluate(NOTHING_RAN) == {"xss": None, "scripts": 0, "handlers": 0, "js_links": 0}
-    page.close()
-    assert entry_rows(admin_client, "How do I restore a file I deleted from the trash?") == []
+    # A long question, so the click lands while its prompt is still being prefilled. On a loaded machine a reply can
+    # still finish before the click lands (the page then rightly stops nothing): each attempt asks anew, with a
+    # marker of its own, until one is stopped.
+    for attempt in range(4):
+        marker = f"Attempt {attempt} of the stop test."
+        page = new_page(browser, f"{server.url}/")
+        ask(page, f"{EVIL_QUESTION} {marker} {LONG_CONTEXT}")
+        page.locator("#stop").click()
+        expect(page.locator("#question textarea")).to_be_enabled(timeout=REPLY_TIMEOUT_MS)
+        assert "<img src=x onerror=" in page.locator("#chat").inner_text()  # shown as typed
+        assert page.evaluate(NOTHING_RAN) == {"xss": None, "scripts": 0, "handlers": 0, "js_links": 0}
+        stopped = page.get_by_text("Stopped: this reply was not saved").count() == 1
+        page.close()
+        if stopped:
+            assert entry_rows(admin_client, marker) == []
+            return
+    pytest.fail("every reply finished before the Stop click landed")
 
 
 def test_empty_question_shows_a_warning_and_stays_out_of_the_chat(browser, server):
