@@ -41,7 +41,8 @@ _INJECTION = re.compile(
     re.I | re.S,
 )
 # Messages that ask the assistant to act on an account's sign-in: to sign in for the customer, to read out or send
-# codes or login details, or to reset or open another person's account; and messages that hand over a password.
+# codes or login details, to reset or open another person's account, or to confirm what an account holds (its
+# e-mail, card, address); and messages that hand over a password.
 # The assistant can do none of these, and the closest article ("Lost your phone or 2FA device") read as if it
 # could: declined, with a warning not to share credentials. Asking *how* ("how do I reset a member's 2FA as an
 # admin?") is a question, not this.
@@ -53,6 +54,9 @@ _OTHERS = (r"(?:her|his|their|my (?:colleague|co-?worker|boss|employee|manager|w
 _ASKED = (r"(?:\b(?:can|could|would|will) (?:you|u|support)|\b(?:please|pls|just)|\bi need you to"
           r"|(?:^|[.!?]\s+))")
 _SIGN_IN = r"(?:log|sign)[\s-]?(?:in|into|on)\b"
+# What an account holds about its owner ("confirm the email, plan and last 4 card digits on the account x@y.com").
+_ACCOUNT_DATA = (r"(?:card|last (?:4|four)|billing (?:details|address|info)|payment details|e-?mail(?: address)?|"
+                 r"phone(?: number)?|address)")
 _ACTS_ON_ACCOUNT = re.compile(
     rf"\bhere(?:'s| is) my (?:password|pw|passcode|{_CODES})\b"
     r"|\b(?:my|her|his|their) (?:password|pw) (?:is|=)\s*[:\"']?\s*(?=\S*\d|\S*[!@#$%^&*][^\s!?.,])\S{6,}"
@@ -69,7 +73,10 @@ _ACTS_ON_ACCOUNT = re.compile(
     r"(?:password\s+)?reset\s+(?:link|e-?mail|code)\s+to\b"
     rf"|{_ASKED}\s*(?:please\s+)?(?:just\s+)?(?:reset|disable|turn off|remove|unlock|change|open|access)\s+{_OTHERS}\s+"
     r"(?:nimbus\s+)?(?:account|two-factor|2fa|password|login|drive)"
-    rf"|\b(?:need|want) (?:me )?in(?:to)?\s+{_OTHERS}\s+(?:nimbus\s+)?(?:account|drive)",
+    rf"|\b(?:need|want) (?:me )?in(?:to)?\s+{_OTHERS}\s+(?:nimbus\s+)?(?:account|drive)"
+    rf"|{_ASKED}\s*(?:please\s+)?(?:just\s+)?(?:confirm|verify|tell|give|read(?: out)?|send|share)\b[^.?!]{{0,60}}"
+    rf"\b{_ACCOUNT_DATA}\b[^.?!]{{0,40}}\b(?:on|of|for|in)\s+(?:(?:the|this|that|her|his|their)\s+)?"
+    r"(?:account\b|[\w.+-]+@[\w-]+\.[\w.]+)",
     re.I | re.S,
 )
 # What the staff see as the reason for each decline; chatbot/shown.py picks the customer's message by it.

@@ -20,6 +20,11 @@ from .terms import DIRECTION_WORDS, STOPWORDS, Vocabulary, content_words, stem, 
 # words like any other.
 PRODUCTS = ("dropbox", "google drive", "onedrive", "icloud", "box.com", "sharepoint", "wetransfer", "mega.nz",
             "pcloud", "sync.com", "tresorit", "idrive", "backblaze", "mediafire")
+# Devices and platforms an app could run on: one the help centre never names is one it has no app for, and the
+# nearest answer (the phone app's) would say yes ("is there a nimbus app for my samsung smart tv").
+PLATFORMS = ("smart tv", "apple tv", "android tv", "fire tv", "fire stick", "firestick", "roku", "chromecast",
+             "xbox", "playstation", "nintendo", "kindle", "apple watch", "smartwatch", "wear os", "chromebook",
+             "chrome os", "chromeos", "blackberry", "windows phone", "carplay", "android auto")
 
 # Opposite actions, each side a set of phrases. A question doing one side is not answered by a source whose
 # question does the other, nor by an article that never says its side.
@@ -43,8 +48,8 @@ OPPOSITES = (
      ("un-require", "unrequire", "stop requiring", "stop forcing", "stop enforcing", "no longer require",
       "remove the requirement")),
     (("restore", "recover", "undelete", "get back", "bring back"),
-     ("delete permanently", "permanently delete", "gone for good", "delete forever", "for good", "empty trash",
-      "empty the trash")),
+     ("delete permanently", "permanently delete", "gone for good", "delete forever", "for good", "for real",
+      "empty trash", "empty the trash")),
     (("update", "replace", "swap"), ("remove", "delete", "get rid of")),
     (("block",), ("unblock",)),
     (("connect", "integrate"), ("disconnect",)),  # not "unlink": "connect my new laptop" beside the device limit
@@ -72,6 +77,7 @@ _OBJECT_REACH = 3
 # "not" after these says how things are, not what is wanted ("photos are not backing up").
 _STATE_WORDS = ("is", "are", "was", "were", "am", "its", "it's", "does", "did", "can", "will", "would", "should")
 _REFUSED = re.compile(r"(?: not (?:allowed|permitted) to | without (?:me |us |you |them |anyone )?(?=[a-z]+ing )|"
+                      r" not (?:keen on|fond of|a fan of) (?=[a-z]+ing )| rather not |"
                       r" (?:don't|dont|do not|no longer) (?:want|wanna|need) (?:to )?|"
                       + "".join(f"(?<! {re.escape(word)})" for word in _STATE_WORDS) + r" not (?:to )?)([a-z]+) ")
 
@@ -157,10 +163,11 @@ def term_coverage(question: str, source: str, vocabulary: Vocabulary) -> tuple[f
 
 
 def unknown_product(question: str, vocabulary: Vocabulary) -> str:
-    """A product the question names and the help centre never does ("Dropbox"): the question is about another
-    company's product; "" when there is none. One it names (Okta, iPhone) is a word like any other."""
+    """A product or platform the question names and the help centre never does ("Dropbox", "smart TV"): the
+    question is about another company's product, or one Nimbus has no app for; "" when there is none. One it names
+    (Okta, iPhone) is a word like any other."""
     asked = _padded(question)
-    for name in PRODUCTS:
+    for name in (*PRODUCTS, *PLATFORMS):
         if f" {name} " in asked and not vocabulary.mentions(name):
             return name
     return ""
