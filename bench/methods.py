@@ -208,6 +208,10 @@ class Decoder:
         return self.engine.padded_steps
 
     @property
+    def lane_head(self) -> bool:
+        return self.engine.lane_head
+
+    @property
     def hf_dtype(self) -> str:
         return str(next(self.hf_model.parameters()).dtype)
 

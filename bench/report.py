@@ -258,6 +258,7 @@ def header_section(results: Results) -> str:
     weights = f", {model.weights} weights" if model.weights != "dense" else ""
     if model.kernel_paths:
         weights += f", the lane library's {model.kernel_paths} paths"
+        weights += " (the LM head's product too)" if model.lane_head else ""
     lines = [
         "# LLMA benchmark",
         "",

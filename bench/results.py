@@ -143,6 +143,7 @@ class ModelInfo:
     weights: str = "dense"  # the packed forward's weight format: "dense" (the dtype), "int8" or "int4"
     padded_steps: bool = True  # short blocks padded to the width (False: measured to keep their bits unpadded)
     kernel_paths: str = ""  # the lane library's vector paths that ran (decoding.lane_kernel): "avx2", ...; "" none
+    lane_head: bool = False  # the LM head ran on the lane library's product (decoding/csrc/head_product.cpp)
 
 
 @dataclass

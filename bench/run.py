@@ -215,7 +215,7 @@ def run_bench(config: BenchConfig) -> Results:
         model=ModelInfo(
             decoder.model_id, decoder.dtype, decoder.parameters, decoder.step_width, decoder.hf_dtype,
             decoder.forward, decoder.weights, decoder.padded_steps,
-            (kernel_paths() or "") if decoder.forward == "packed" else "",
+            (kernel_paths() or "") if decoder.forward == "packed" else "", decoder.lane_head,
         ),
         machine=replace(machine, load_average_at_end=list(os.getloadavg()), llama_cpp=decoder.peer_version),
         settings=settings_of(config, decoder, len(grid_items), workloads.cache_entries),

@@ -239,3 +239,5 @@ def test_the_header_names_the_lane_library_paths_that_ran():
     header = render_markdown(replace(slow_run(), model=model), PLOTS).splitlines()[2]
     assert "packed forward, q4 weights, the lane library's avx2 paths with 8-wide decode steps" in header
     assert "lane library" not in render_markdown(slow_run(), PLOTS)  # none ran: nothing claimed
+    with_head = render_markdown(replace(slow_run(), model=replace(model, lane_head=True)), PLOTS).splitlines()[2]
+    assert "the lane library's avx2 paths (the LM head's product too) with 8-wide" in with_head
