@@ -77,9 +77,14 @@ _OBJECT_REACH = 3
 # "not" after these says how things are, not what is wanted ("photos are not backing up").
 _STATE_WORDS = ("is", "are", "was", "were", "am", "its", "it's", "does", "did", "can", "will", "would", "should")
 _REFUSED = re.compile(r"(?: not (?:allowed|permitted) to | without (?:me |us |you |them |anyone )?(?=[a-z]+ing )|"
+                      r" (?:instead of|rather than|(?:sick|tired) of) (?:me |us )?(?=[a-z]+ing )|"
                       r" not (?:keen on|fond of|a fan of) (?=[a-z]+ing )| rather not |"
                       r" (?:don't|dont|do not|no longer) (?:want|wanna|need) (?:to )?|"
                       + "".join(f"(?<! {re.escape(word)})" for word in _STATE_WORDS) + r" not (?:to )?)([a-z]+) ")
+
+# An action the question calls a chore ("inviting everyone one by one is a pain") is one it wants to avoid.
+_CHORE = re.compile(r" ([a-z]+ing) (?:[a-z0-9]+ ){0,5}(?:is|are|gets|seems) (?:such )?(?:a pain|a hassle|a nightmare|"
+                    r"annoying|tedious|painful) ")
 
 # Verbs that say little alone: a refusal of one refuses what follows it ("without me sending invites").
 _LIGHT_VERBS = frozenset("""send sending do doing make making have having give giving get getting go going
@@ -220,16 +225,17 @@ def unheld_object(question: str, source: str, vocabulary: Vocabulary) -> str:
 
 
 def refused_action(question: str, lead: str) -> str:
-    """What the question says it does not want done ("NOT deleting my account", "without me inviting": deleting,
-    inviting) where that is the source's own action, the first word of its title or question (`lead`: "Delete your
+    """What the question says it does not want done ("NOT deleting my account", "without me inviting", "sick of
+    sending invites", "inviting everyone one by one is a pain": deleting, inviting) where that is the source's own
+    action, the first word of its title or question (`lead`: "Delete your
     Nimbus Drive account"), or ""."""
     leading = content_words(lead)[:1]
     action = stem(leading[0]) if leading else ""
     asked = _padded(question)
-    for match in _REFUSED.finditer(asked):
+    for match in (*_REFUSED.finditer(asked), *_CHORE.finditer(asked)):
         refused = match.group(1)
-        if refused in _LIGHT_VERBS:  # "without me sending invites": what is refused is inviting
-            refused = next(iter(content_words(asked[match.end() :])[:1]), refused)
+        if refused in _LIGHT_VERBS:  # "without me sending 60 invites": what is refused is inviting
+            refused = next((w for w in content_words(asked[match.end(1) :]) if w.isalpha()), refused)
         if action and stem(refused) == action:
             return refused
     return ""

@@ -218,9 +218,19 @@ def test_a_source_whose_own_action_the_question_refuses_does_not_answer_it():
     asked = "we want anyone with our company email to join our team automatically, without me sending invites"
     verdict = check_source(asked, invite["answer"], VOCABULARY, COVERAGE, 0.9, source_question=invite["question"])
     assert not verdict.answers and "asks not to invites" in verdict.reason
-    asked = "can anyone with our company email join on their own? not keen on inviting 80 people one at a time"
-    verdict = check_source(asked, invite["answer"], VOCABULARY, COVERAGE, 0.9, source_question=invite["question"])
-    assert not verdict.answers and "asks not to inviting" in verdict.reason
+    for asked, refused in (
+            ("can anyone with our company email join on their own? not keen on inviting 80 people one at a time",
+             "inviting"),
+            ("i'm sick of sending invites one by one. can people with our domain just join", "invites"),
+            ("can they land in our team automatically, instead of me sending 40 invites one by one", "invites"),
+            ("is there a way to let anyone with our email join, without me sending 60 invites one by one?", "invites"),
+            ("we're all on @brightlane.co emails. inviting everyone one by one is a pain, can they just join?",
+             "inviting")):
+        verdict = check_source(asked, invite["answer"], VOCABULARY, COVERAGE, 0.9,
+                               source_question=invite["question"])
+        assert not verdict.answers and f"asks not to {refused}" in verdict.reason, asked
+    assert check_source("how do i invite more people to our team", invite["answer"], VOCABULARY, COVERAGE, 0.9,
+                        source_question=invite["question"]).answers
     # A refusal of something else, or a plain negation, leaves the source that does the asked action alone:
     asked = "how do i delete my account? not cancelling first, just delete it all"
     assert check_source(asked, deletion["answer"], VOCABULARY, COVERAGE, 0.9,
