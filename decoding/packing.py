@@ -76,10 +76,11 @@ def settle_packing(
     if prefill_attention == "kernel" and not lane_kernel:
         raise ValueError("prefills attend through the lane kernel only where decode steps do")
     attention = "kernel" if lane_kernel else "batched" if batched_attention else "sdpa"
+    # The head runs on the lane library where bf16 is emulated and the library can hold it (a vocabulary in 16s).
+    head_refusal = lane_head_refusal(model.lm_head.weight) if lane_kernel or lane_head else None
     if lane_head is None:
-        lane_head = lane_kernel and bf16_emulated(weights, model.dtype)
-    head_refusal = lane_head_refusal(model.lm_head.weight) if lane_head else None
-    if head_refusal is not None:
+        lane_head = lane_kernel and bf16_emulated(weights, model.dtype) and head_refusal is None
+    elif lane_head and head_refusal is not None:
         raise ValueError(f"cannot pack this model: {head_refusal}")
     return Packing("packed", weights, prefill_weights or prompt_weights(weights, model.dtype), attention,
                    prefill_attention, lane_head)

@@ -1,5 +1,5 @@
 // x @ w.T for bf16 weights in fp32 FMAs, one fixed chain per output, whatever the rows: the LM head where PyTorch's
-// bf16 products are emulated (an AVX2 CPU without AVX512-BF16; decoding/packing.py, head_format).
+// bf16 products are emulated (an AVX2 CPU without AVX512-BF16; decoding/packing.py, bf16_emulated).
 //
 // Each output is one chain of fused multiply-adds over the inputs in order, acc = x_i * w_i + acc from i = 0, then
 // rounded to bf16 once. Nothing is summed across lanes, so a row's bits depend on the row and the weights alone,
