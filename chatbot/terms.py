@@ -9,16 +9,13 @@ chatbot/support.py) read it.
 import difflib
 import math
 import re
-import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-import Stemmer
+from cache.lexical import english_stemmer
 
 WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 STEM_LETTERS = 5
-# PyStemmer's stemmers are not thread-safe, and several customers' turns are planned at once: one per thread.
-_STEMMERS = threading.local()
 # Words that say which way an action goes, not what it acts on ("turn it off", "back out"): the direction test
 # (chatbot/relevance.py) reads them in the raw text; they are no stopwords, so a reply sentence's "off" must be a
 # source's, but they weigh nothing in a question's coverage.
@@ -64,10 +61,7 @@ def stem(word: str) -> str:
     """English (Snowball) stem, then its first STEM_LETTERS letters: "paying" meets "pay", "saved" meets "save" and
     "subscription" meets "subscribe" (a crude suffix list left "payin" and "saved" apart from the help centre's
     words, which cost covered questions their source)."""
-    stemmer = getattr(_STEMMERS, "english", None)
-    if stemmer is None:
-        stemmer = _STEMMERS.english = Stemmer.Stemmer("english")
-    return stemmer.stemWord(word)[:STEM_LETTERS]
+    return english_stemmer().stemWord(word)[:STEM_LETTERS]  # this thread's: PyStemmer's are not thread-safe
 
 
 def words(text: str) -> list[str]:

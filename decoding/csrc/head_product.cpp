@@ -19,7 +19,6 @@
 #include <array>
 #include <cstdint>
 #include <utility>
-#include <vector>
 #include "lanes.h"
 
 namespace {
@@ -76,16 +75,14 @@ at::Tensor head_linear(const at::Tensor& x, const at::Tensor& w) {
   TORCH_CHECK(w.size(1) == k * kTile, "head_linear: x and w do not fit together");
   at::Tensor out = at::empty({rows, n}, x.options());
 #if defined(LLMA_VEC16)
-  const std::vector<float> widened = [&] {  // each input widened once (exact), not once per tile
-    const at::Tensor xf = x.to(at::kFloat).contiguous();
-    return std::vector<float>(xf.data_ptr<float>(), xf.data_ptr<float>() + rows * k);
-  }();
+  const at::Tensor widened = x.to(at::kFloat).contiguous();  // each input widened once (exact), not once per tile
+  const float* xf = widened.data_ptr<float>();
   const c10::BFloat16* wp = w.data_ptr<c10::BFloat16>();
   c10::BFloat16* o = out.data_ptr<c10::BFloat16>();
   at::parallel_for(0, tiles, 1, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t)
       for (int64_t r0 = 0; r0 < rows; r0 += kBlock)
-        kTileRows[std::min(kBlock, rows - r0)](widened.data() + r0 * k, k, wp + t * k * kTile, o + r0 * n + t * kTile, n);
+        kTileRows[std::min(kBlock, rows - r0)](xf + r0 * k, k, wp + t * k * kTile, o + r0 * n + t * kTile, n);
   });
 #endif
   return out;

@@ -21,6 +21,7 @@ from decoding.recipe import DecodeRecipe
 from decoding.weights import lane_head_refusal, lane_head_weight
 
 from .invariance import differing_positions, make_tiny_model
+from .row_company import rows_alone_and_company_mismatches
 from .test_invariance import CONTEXT_LEN, WINDOWS, hostile_mismatches, random_ids
 
 STEPS = StepConfig(width=8, cache_len=512)
@@ -59,18 +60,9 @@ def test_a_row_s_product_is_the_same_alone_in_any_company_order_and_threads():
     weight = lane_head_weight((torch.randn(64, 96) * 0.05).to(torch.bfloat16))
     x = torch.randn(40, 96).to(torch.bfloat16)
     x[7, 3] = float("nan")
-    alone = torch.cat([weight(x[i : i + 1]) for i in range(len(x))])
+    alone, mismatches = rows_alone_and_company_mismatches(weight, x, rng)
+    assert mismatches == []
     assert alone[7].isnan().all() and not alone[6].isnan().any()
-    for _ in range(20):  # company of 2..40 rows: across the kernel's blocks, in any order
-        picks = rng.sample(range(len(x)), rng.randint(2, len(x)))
-        assert torch.equal(weight(x[picks]).view(torch.int16), alone[picks].view(torch.int16)), picks
-    threads = torch.get_num_threads()
-    try:
-        torch.set_num_threads(1)
-        one_thread = weight(x)
-    finally:
-        torch.set_num_threads(threads)
-    assert torch.equal(one_thread.view(torch.int16), alone.view(torch.int16))
 
 
 def test_the_lane_head_refuses_what_it_cannot_hold():

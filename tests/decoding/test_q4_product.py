@@ -14,6 +14,8 @@ import torch
 
 from decoding.weights import int4_levels, q4_refusal, q4_weight
 
+from .row_company import rows_alone_and_company_mismatches
+
 pytestmark = pytest.mark.skipif(q4_refusal() is not None, reason=f"{q4_refusal()}")
 
 
@@ -71,17 +73,7 @@ def test_a_row_s_product_is_the_same_alone_in_any_company_order_and_threads():
     torch.manual_seed(3)
     weight = q4_weight((torch.randn(96, 128) * 0.05).to(torch.bfloat16))
     x = torch.randn(40, 128).to(torch.bfloat16)
-    alone = torch.cat([weight(x[i : i + 1]) for i in range(len(x))])
-    for _ in range(20):  # company of 2..40 rows: across the kernel's 8-row blocks, in any order
-        picks = rng.sample(range(len(x)), rng.randint(2, len(x)))
-        assert torch.equal(weight(x[picks]), alone[picks]), picks
-    threads = torch.get_num_threads()
-    try:
-        torch.set_num_threads(1)
-        one_thread = weight(x)
-    finally:
-        torch.set_num_threads(threads)
-    assert torch.equal(one_thread, alone)
+    assert rows_alone_and_company_mismatches(weight, x, rng)[1] == []  # across the kernel's 8-row blocks
 
 
 def test_q4_refuses_what_it_cannot_hold():
