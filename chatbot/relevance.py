@@ -62,6 +62,19 @@ OPPOSITES = (
      ("still know", "know my password", "know my current password", "know my old password", "know the password")),
 )
 
+# A switch's two ways, as a reply sentence may say them: one sentence saying both ("To stop uploading, enable camera
+# uploads") tells the customer to do the opposite of what it restates, unless a source sentence says both too.
+_OFF_WAY = re.compile(r"\b(?:stop|stopping|(?:turn|switch)(?:ed|ing)? (?:\w+ ){0,3}off|disable|pause)\b", re.I)
+_ON_WAY = re.compile(r"\b(?:enable|enabled|enabling|(?:turn|switch)(?:ed|ing)? (?:it |them |this |that )?on|"
+                     r"activate)\b", re.I)
+
+
+def both_ways(sentence: str) -> str:
+    """The two ways of a switch one sentence says ("stop ... enable"), or "" when it says at most one."""
+    off, on = _OFF_WAY.search(sentence), _ON_WAY.search(sentence)
+    return f"{off.group(0)} ... {on.group(0)}" if off and on else ""
+
+
 # The object of a question's action: the first word within _OBJECT_REACH after a verb that takes one, past these.
 _TRANSITIVE = frozenset("""turn switch enable disable activate deactivate add invite remove delete kick cancel
 share unshare lock unlock block unblock install uninstall archive unarchive hide unhide restore recover undelete

@@ -11,7 +11,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .relevance import swapped_action
+from .relevance import both_ways, swapped_action
 from .terms import Vocabulary, content_words, stem, stem_pairs, stems
 
 # A sentence ends at a newline, or at . ! ? followed by a space (not a numbered list's "1." nor "e.g.").
@@ -25,8 +25,7 @@ _MENU = re.compile(r"\b[A-Z][\w ]*?(?: > [A-Z][\w ]*?)+(?=[.,;:)\s]|$)")
 # The control a step tells the customer to use: "Click Set expiry date" names a button the source must name.
 _CONTROL = re.compile(r"\b(?:click|tap|select|choose|press|turn on|turn off|open)(?:ing)?\s+(?:the\s+)?[\"“']?"
                       r"((?:[A-Z][\w'?]*)(?:\s+[\w'?]+){0,3})")
-# ... and what a step tells the customer to click when it is no control's name ("click the link"): the word must be
-# what a source's step clicks, not something near it ("click Delete link").
+# ... and what a step clicks when it is no control's name ("click the link"): a source's step's word, not a near one.
 _CLICKED = re.compile(r"\b(?i:click|tap|select|choose|press|pick|hit)(?:s|ed|ing)?\s+"
                       r"(?:(?:on|the|a|an|your|its|their)\s+)*([A-Za-z][\w'-]*)")
 _CAPITALS = re.compile(r"\b[A-Z][A-Z0-9]+\b")  # an acronym or a code: the sources' own, or the customer's
@@ -34,8 +33,8 @@ _QUOTED = re.compile(r"[\"“]([^\"”\n]{2,60})[\"”]")
 # A figure with its unit ("10 GB", "1 month", "$8 per month"): the pair must be in a source, not just the number.
 _FIGURE = re.compile(r"(\$?\d[\d,]*(?:\.\d+)?)\s?(%|gb|tb|mb|kb|days?|hours?|minutes?|months?|years?|weeks?|users?|"
                      r"seats?|devices?|characters?|members?|business days?)\b", re.I)
-# A price with what it is per ("$120 per month", "$12 a user per month"): said so in a source, not just the figure
-# ("The team plan is $120 per month" beside "$120 per user per year").
+# A price with what it is per ("$12 a user per month"): said so in a source, not just the figure ("The team plan is
+# $120 per month" beside "$120 per user per year").
 _PRICE_PER = re.compile(r"(\$\d[\d,]*(?:\.\d+)?)\s+(?:a|per|each|every)\s+(user|person|seat|member|month|year)\b"
                         r"(?:\s+(?:a|per|each|every)\s+(user|person|seat|member|month|year)\b)?", re.I)
 # A sentence that answers yes or no states what no overlap of words can check: it must be a source's own sentence.
@@ -44,16 +43,14 @@ _YES_NO = re.compile(r"^(?:yes|no|yeah|nope|unfortunately|sure)\b", re.I)
 # but for up to _LIST_DROP_WORDS of its names.
 _TOKEN = re.compile(r"[A-Za-z0-9$][\w$'-]*")
 _LIST_COPY_WORDS, _LIST_DROP_WORDS = 5, 4
-# The share of a sentence's words that may come from the customer's question alone: a reply may restate the
-# question, but one that is mostly the question said back ("You can lock or freeze your account on purpose" beside
-# the lockout article) claims what no source says.
+# The share of a sentence's words that may come from the customer's question alone: a reply may restate the question,
+# but one mostly the question said back ("You can lock or freeze your account on purpose") claims what none says.
 ECHO_SHARE = 0.25
 _LABEL = re.compile(r"^\s*(?:\d{1,2}[.)]\s*)?([A-Z][\w ]{0,30}?):")  # a list item's label: "2. Personal: $8 ..."
 _YES = re.compile(r"^\W*(?:yes|yeah|yep|sure|of course|absolutely)\b", re.I)
-# A negation turns a sentence made of a source's words into its opposite ("so unlinking a desktop app is not
-# possible" beside "Paid plans have no device limit"), which no overlap of words can see: what a sentence negates
-# (the first word after the negation that is not one of _NEGATED_SKIP) must follow a negation in a source, within
-# _NEGATION_REACH words.
+# A negation turns a sentence of a source's words into its opposite ("unlinking a desktop app is not possible" beside
+# "Paid plans have no device limit"), which no overlap of words sees: what a sentence negates (the first word after
+# the negation not in _NEGATED_SKIP) must follow a negation in a source, within _NEGATION_REACH words.
 _NEGATION = re.compile(r"\b(?:not|no|never|nothing|none|nor|cannot|unable|(?:can|is|are|does|do|did|was|were|won|"
                        r"wouldn|couldn|shouldn|isn|aren|doesn|don|didn|wasn|haven|hasn)(?:'|’)?t)\b", re.I)
 _NEGATED_SKIP = frozenset("""a an the be been being to it its any anything able have has had get got yet longer
@@ -108,6 +105,7 @@ class Sources:
         self.sentences = [_TOKEN.findall(unit) for unit in text_sentences(plain)]
         self.clicked = {stem(word.lower()) for word in _CLICKED.findall(joined)}
         self.negated = {term for _, after in negated_words(joined, _NEGATION_REACH) for term in after}
+        self.both_ways = any(map(both_ways, text_sentences(joined)))  # a source sentence saying both ways of a switch
         numbered: dict[str, list[str]] = {}
         for number, step in _STEP.findall(joined):
             numbered.setdefault(number, []).append(step)
@@ -137,6 +135,8 @@ def check_sentence(sentence: str, sources: Sources, min_overlap: float, min_pair
         return SentenceCheck(False, overlap, f"{missing!r} is in no source", paired)
     if swapped_step:
         return SentenceCheck(False, overlap, f"{swapped_step}, which no source's step of that number does", paired)
+    if not missing and not sources.both_ways and (contrary := both_ways(body)):
+        return SentenceCheck(False, overlap, f"says {contrary!r}, which no source says in one sentence", paired)
     if negated:
         return SentenceCheck(False, overlap, f"says {negated!r}, which no source negates", paired)
     dropped = dropped_name(body, sources)

@@ -427,6 +427,21 @@ def test_a_sentence_that_negates_what_no_source_negates_is_not_supported():
         assert check_sentence(said, sources, 0.6).supported, said
 
 
+def test_a_sentence_saying_both_ways_of_a_switch_needs_a_source_sentence_that_does():
+    """"To stop uploading every photo, enable camera uploads" restates the question and tells the customer the
+    opposite; its words are all the sources' and the question's."""
+    photos = approved("How do I back up my phone photos automatically?")
+    asked = "how do i stop nimbus from uploading every photo i take"
+    sources = Sources([f"{photos['question']}\n{photos['answer']}"], echo=asked)
+    contrary = check_sentence("To stop Nimbus from uploading every photo you take, you need to enable the camera "
+                              "uploads feature.", sources, 0.0)
+    assert not contrary.supported and "'stop ... enable'" in contrary.reason
+    assert check_sentence("Tap Camera uploads and turn it on.", sources, 0.0).supported  # one way
+    said = "To stop uploads waiting for Wi-Fi, turn on Use cellular data."
+    assert not check_sentence(said, sources, 0.0).supported
+    assert check_sentence(said, Sources([said], echo=asked), 0.0).supported  # a source sentence says both ways
+
+
 def test_what_a_step_clicks_must_be_what_a_source_s_step_clicks():
     sources = Sources([ARTICLES["sharing-links"]], echo="how do i stop sharing a link i sent out")
     near = check_sentence('Click the link and click the "Delete Link" button.', sources, 0.0)
