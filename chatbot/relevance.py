@@ -103,6 +103,15 @@ _CHORE = re.compile(r" ([a-z]+ing) (?:[a-z0-9]+ ){0,5}(?:is|are|gets|seems) (?:s
 _LIGHT_VERBS = frozenset("""send sending do doing make making have having give giving get getting go going
 create creating set setting""".split())
 
+# A message's sentences, and the words that make one a question when it does not end in "?" (question_coverage).
+_SENTENCE_BREAK = re.compile(r"(?<=[.?!])\s+|\n+")
+_QUESTION_OPENING = re.compile(r"\s*(?:how|what|whats|what's|where|why|when|which|who|can|could|do|does|did|is|are|"
+                               r"will|would|should|any way|anyway)\b", re.I)
+_IT = re.compile(r"\b(?:it|them)\b", re.I)
+_DEMONSTRATIVE = re.compile(r"\b(?:that|this|those|these)\b\s*([a-z']*)", re.I)
+# The known words a message's asking sentences need to be read alone (question_coverage).
+ASKED_TERMS = 2
+
 # The particles of phrasal verbs above that may stand apart from their verb ("turn 2FA off").
 PARTICLES = ("on", "off")
 
@@ -135,7 +144,7 @@ def check_source(question: str, source: str, vocabulary: Vocabulary, least: Cove
     """Whether `source` (an approved answer with its question, or an article), found with retrieval `score`,
     answers `question`. `source_question` is what an approved answer answers, read for its action's direction."""
     whole = f"{source_question}\n{source}"
-    coverage, missing = term_coverage(question, whole, vocabulary)
+    coverage, missing = question_coverage(question, whole, vocabulary)
     product = unknown_product(question, vocabulary)
     if product:
         return SourceCheck(False, coverage, f"names {product}, which the help centre never does")
@@ -160,8 +169,43 @@ def check_source(question: str, source: str, vocabulary: Vocabulary, least: Cove
     return SourceCheck(True, coverage, f"covers {coverage:.0%} of the question")
 
 
-def term_coverage(question: str, source: str, vocabulary: Vocabulary) -> tuple[float, list[str]]:
-    """The weighted share of the question's terms found in `source`, and the words missing from it."""
+def question_coverage(question: str, source: str, vocabulary: Vocabulary) -> tuple[float, list[str]]:
+    """The coverage of the whole message or of the sentences that ask, whichever is higher. A long message sets
+    the scene before it asks ("one of our sales guys quit on friday. how do i get him off our team account"),
+    and the scene's words need not be in the answer. The asking sentences alone count only when they hold
+    ASKED_TERMS known words and name what they ask about ("how do i cancel it before they accept?" does not), and
+    there a word the help centre never uses is likely the thing asked about ("does nimbus support webdav?"): it
+    weighs as much as the rarest word it does use."""
+    coverage, missing = term_coverage(question, source, vocabulary)
+    asking = asking_sentences(question)
+    if not asking or asking == question.strip() or leans_on_context(asking):
+        return coverage, missing
+    if sum(1 for term in vocabulary.terms(asking) if vocabulary.weight(term) and term not in DIRECTION_WORDS) \
+            < ASKED_TERMS:
+        return coverage, missing
+    asked_coverage, asked_missing = term_coverage(asking, source, vocabulary, vocabulary.weight_of_rarest())
+    return (asked_coverage, asked_missing) if asked_coverage > coverage else (coverage, missing)
+
+
+def asking_sentences(message: str) -> str:
+    """The sentences of a message that ask (ending in "?" or opening with a question word), or "" when none does."""
+    units = [unit.strip() for unit in _SENTENCE_BREAK.split(message) if unit.strip()]
+    return " ".join(unit for unit in units if unit.endswith("?") or _QUESTION_OPENING.match(unit))
+
+
+def leans_on_context(sentence: str) -> bool:
+    """Whether the sentence refers back to what the message said before: "it", "them", or "that" / "this" /
+    "those" / "these" standing alone ("can i stack that on top", not "can i kick that session")."""
+    if _IT.search(sentence):
+        return True
+    return any(not content_words(following) or following.lower() in DIRECTION_WORDS
+               for following in _DEMONSTRATIVE.findall(sentence))
+
+
+def term_coverage(question: str, source: str, vocabulary: Vocabulary,
+                  unknown: float = 0.0) -> tuple[float, list[str]]:
+    """The weighted share of the question's terms found in `source`, and the words missing from it; a word the
+    help centre never uses weighs `unknown`."""
     found_in = stems(source)
     total = hit = 0.0
     missing = []
@@ -171,7 +215,7 @@ def term_coverage(question: str, source: str, vocabulary: Vocabulary) -> tuple[f
     for term in vocabulary.terms(question):
         if term in DIRECTION_WORDS:
             continue
-        weight = vocabulary.weight(term)
+        weight = vocabulary.weight(term) or unknown
         total += weight
         if term in found_in:
             hit += weight

@@ -128,6 +128,10 @@ class Vocabulary:
         df = self.frequency.get(term, 0)
         return math.log((self.documents + 1) / df) if df else 0.0
 
+    def weight_of_rarest(self) -> float:
+        """The weight of a term used once in the help centre."""
+        return math.log(self.documents + 1)
+
     def terms(self, text: str) -> list[str]:
         """The content stems of a customer's text, a likely typo mapped to the help centre's word."""
         found: list[str] = []

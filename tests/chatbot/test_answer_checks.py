@@ -15,7 +15,7 @@ from chatbot.questions import (
     own_records,
     reads_as_follow_up,
 )
-from chatbot.relevance import Coverage, check_source, swapped_action
+from chatbot.relevance import Coverage, asking_sentences, check_source, leans_on_context, swapped_action, term_coverage
 from chatbot.shown import shown_after_check
 from chatbot.support import (
     Passage,
@@ -109,6 +109,30 @@ def test_a_product_the_help_centre_never_names_fails_every_source():
 def test_a_question_the_help_centre_has_no_words_for_is_covered_by_nothing():
     for source in (ARTICLES["discounts"], ARTICLES["plans-and-pricing"]):
         assert not check_source("Do you sell printers?", source, VOCABULARY, COVERAGE, 0.9).answers
+
+
+def test_a_long_message_is_covered_by_its_asking_sentences_when_they_name_what_they_ask():
+    answer = approved("How do I remove someone from my team when they leave the company?")
+    source = f"{answer['question']}\n{answer['answer']}"
+    question = ("our accountant moved to another firm on monday, new job and all. how do i get her off our team "
+                "account but keep her files with us?")
+    assert asking_sentences(question).startswith("how do i get her off")
+    # Found close, the scene costs the whole message its source; its asking sentence alone is answered.
+    assert term_coverage(question, source, VOCABULARY)[0] < COVERAGE.least_close
+    assert check_source(question, answer["answer"], VOCABULARY, COVERAGE, 0.6,
+                        source_question=answer["question"]).answers
+    # An asking sentence that leans on the scene ("cancel it") is not read alone.
+    assert leans_on_context("how do i cancel it before they accept?")
+    assert leans_on_context("can i stack that on top of my discount?")
+    assert not leans_on_context("can i sign out that session from my phone?")
+    assert asking_sentences("it just stopped syncing. no idea why") == ""
+    cancel = approved("How do I cancel my subscription?")
+    assert not check_source("we sent an invite to the wrong address. how do i cancel it before they accept?",
+                            cancel["answer"], VOCABULARY, COVERAGE, FAR, source_question=cancel["question"]).answers
+    # Read alone, a word the help centre never uses is what is asked about: it weighs the rarest word's weight.
+    asked = "does nimbus support webdav?"
+    assert term_coverage(asked, ARTICLES["mobile-app"], VOCABULARY)[0] == 1.0
+    assert term_coverage(asked, ARTICLES["mobile-app"], VOCABULARY, VOCABULARY.weight_of_rarest())[0] < COVERAGE.least
 
 
 def test_a_paraphrase_found_close_needs_fewer_shared_words():
