@@ -4,10 +4,11 @@ follow-up, and the help centre's words it is measured against."""
 import re
 
 from cache import AnswerCache
+from cache.records import ArticleRecord
 
 from .prompt import InputError, Message, clean_text
 from .sums import asks_a_count
-from .terms import Vocabulary
+from .terms import Vocabulary, stems
 
 # Messages that try to change the assistant's instructions: declined, never decoded. The 135M model follows
 # "ignore your instructions" as readily as a question. Besides the classic overrides, what marks one is the
@@ -100,15 +101,19 @@ _SAVING = re.compile(r"\b(?:sav(?:e|es|ing)|cheaper)\b.*\b(?:annual|annually|yea
 # ... and asks for an amount: "I was charged $8, I want the difference refunded" is a complaint for staff.
 _ASKS_AMOUNT = re.compile(r"\?|\b(?:how much|total|what(?:'s| is| would| will| does| do)|whats|costs?|cheaper|"
                           r"sav(?:e|es|ing|ings)|price (?:for|of)|pay (?:for|per|each|a|in))\b", re.I)
-# A question about the customer's own records, which only staff can look up: an invoice, order or ticket number,
-# or "which e-mail did I use", "check my account". The help centre answers how things work, never what one
-# account holds, and the nearest how-to is not an answer to it.
+# A question about the customer's own records, which only staff can look up or change: an invoice, order or
+# ticket number, or "which e-mail did I use", "check my account". The help centre answers how things work, never
+# what one account holds, and the nearest how-to is not an answer to it.
 _OWN_RECORDS = re.compile(
     r"\b(?:NMB|INV|ORD)-?\d{3,}\b|#\s?\d{3,}\b"
     r"|\b(?:order|invoice|ticket|case|receipt|transaction)\s+(?:number\s+|no\.?\s*|#\s*)?[A-Z0-9-]*\d{4,}\b"
     r"|\b(?:which|what)\s+(?:e-?mail|address|account|plan|card)\s+(?:did\s+i|i\s+used?|i\s+signed|am\s+i|is\s+(?:my|on\s+my))"
     r"|\b(?:look\s+up|look\s+into|check|pull\s+up)\s+my\s+(?:account|order|invoice|payment|subscription|ticket|case)\b"
-    r"|\bcan\s+(?:you|someone|support)\s+(?:see|check|tell\s+me)\s+(?:which|what|if|whether|why)\b", re.I)
+    r"|\bcan\s+(?:you|someone|support)\s+(?:see|check|tell\s+me)\s+(?:which|what|if|whether|why)\b"
+    # ... or that staff change or look into them: "can you extend our trial", "bump our api rate limit", "look it up"
+    r"|\b(?:can|could|would|will)\s+(?:you|u|someone|support|your team)\s+(?:please\s+|pls\s+|just\s+)?"
+    r"(?:extend|bump|raise|increase|lift|boost|waive|move|check)\b[^.?!]{0,40}\b(?:trial|limit|quota|charge|"
+    r"billing date|renewal|logs?)\b|\blook\s+(?:it|that|this)\s+up\b", re.I)
 # A message that reads as the continuation of the one before it: retrieved together with it (chatbot/turn.py).
 _FOLLOW_UP = re.compile(r"^\s*(?:and|ok(?:ay)?|so|but|also|then|what about|how about|same|and if|if so|what if)\b"
                         r"|\b(?:it|that|this|those|these|they|them|there)\b", re.I)
@@ -142,6 +147,10 @@ def reads_as_follow_up(message: str) -> bool:
     return len(message.split()) <= 12 and bool(_FOLLOW_UP.search(message))
 
 
+# A word at most this many articles and approved answers use is rare: it finds its article (article_by_rare_words).
+RARE_DOCUMENTS = 2
+
+
 class HelpCentreWords:
     """The help centre's vocabulary (articles and approved answers), read again only after the cache changed."""
 
@@ -149,6 +158,16 @@ class HelpCentreWords:
         self.cache = cache
         self._change = -1
         self._vocabulary = Vocabulary(0, {})
+
+    def article_by_rare_words(self, question: str) -> ArticleRecord | None:
+        """The one article that uses the question's rare words (at most RARE_DOCUMENTS articles or approved
+        answers use them), for a question whose meaning the articles' vectors missed: an error code ("api keeps
+        returning 429"), a system's name ("fedora"), a language. None when no article or several do."""
+        vocabulary = self.vocabulary()
+        rare = {term for term in vocabulary.terms(question) if 0 < vocabulary.frequency.get(term, 0) <= RARE_DOCUMENTS}
+        holders = [article for article in self.cache.list_articles()
+                   if rare & stems(f"{article.title}\n{article.body}")] if rare else []
+        return holders[0] if len(holders) == 1 else None
 
     def vocabulary(self) -> Vocabulary:
         change = self.cache.change_number()

@@ -364,12 +364,14 @@ class TurnPlanner:
         return ArticlePick(article.id, article_in_prompt(article.title, article.body), matches[0].score)
 
     def find_article(self, question: str) -> ArticlePick | None:
-        """The article closest to the question by its own vector, if it clears `article_threshold`."""
+        """The article closest to the question by its own vector, if it clears `article_threshold`; else the one
+        article that uses the question's rare words (retrieved as far, so the source checks read its words alone)."""
         if not self.settings.use_knowledge_base:
             return None
         hit = self.cache.best_article(question, threshold=self.settings.article_threshold)
         if hit is None:
-            return None
+            article = self.words.article_by_rare_words(question)
+            return ArticlePick(article.id, article_in_prompt(article.title, article.body), 0.0) if article else None
         return ArticlePick(hit.id, article_in_prompt(hit.title, hit.body), hit.score)
 
 
@@ -392,9 +394,7 @@ def source_coverage(settings: ChatSettings) -> Coverage:
 
 
 def grounding_policy(settings: ChatSettings) -> GroundingPolicy:
-    return GroundingPolicy(
-        threshold=settings.grounding_threshold, margin=settings.grounding_margin,
-        article_margin=settings.grounding_article_margin,
-        answers=settings.grounding_answers, token_budget=settings.grounding_token_budget,
-    )
+    return GroundingPolicy(threshold=settings.grounding_threshold, margin=settings.grounding_margin,
+                           article_margin=settings.grounding_article_margin, answers=settings.grounding_answers,
+                           token_budget=settings.grounding_token_budget)
 

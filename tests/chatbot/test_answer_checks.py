@@ -382,8 +382,14 @@ def test_questions_about_the_customer_s_own_records_are_told_from_how_to_questio
     assert "#20931" in own_records("where is my refund for order #20931?")
     assert own_records("which email did i use to sign up?")
     assert own_records("can you check my account, the upload keeps failing")
+    # ... or asks staff to change or look into them
+    assert own_records("our trial runs out on thursday and my manager is away. could you extend it, the trial?")
+    assert own_records("can u raise our storage limit for a month, big project")
+    assert own_records("why did my bill go up? my login is sam@example.org, look it up")
     for how_to in ("where do i find my invoices?", "I was charged $8 twice this month", "which plan has 2TB?",
-                   "what email address do invoices go to?", "how do I check my storage?", "a 25 GB file on Team"):
+                   "what email address do invoices go to?", "how do I check my storage?", "a 25 GB file on Team",
+                   "how long is the team trial?", "can i raise the upload limit by upgrading?",
+                   "can you change the plan from the app?"):
         assert not own_records(how_to), how_to
 
 

@@ -86,6 +86,14 @@ def test_questions_that_must_not_be_decoded(service):
     assert total.stats.outcome == STAFF_TEXT and "$120 per user per year" in total.text
 
 
+def test_an_article_no_vector_finds_is_found_by_the_question_s_rare_words(service):
+    words = service.planner.words
+    assert words.article_by_rare_words("our sync script gets http 429 from you all morning").id == "api-keys"
+    assert words.article_by_rare_words("how do i share a folder") is None  # no rare word
+    planned = service.planner.plan("the nimbus app on my phone, can it be in japanese instead?", [], "s")
+    assert planned.article_id == "mobile-app"
+
+
 def test_a_follow_up_is_retrieved_with_the_question_before_it_even_when_that_was_handed_off(service):
     first, follow_up = "my colleague deleted a folder we share, ugh", "can i get it back and for how long"
     handed_off = [{"role": "user", "content": first},
