@@ -160,14 +160,16 @@ class HelpCentreWords:
         self._vocabulary = Vocabulary(0, {})
 
     def article_by_rare_words(self, question: str) -> ArticleRecord | None:
-        """The one article that uses the question's rare words (at most RARE_DOCUMENTS articles or approved
+        """The article that uses the most of the question's rare words (at most RARE_DOCUMENTS articles or approved
         answers use them), for a question whose meaning the articles' vectors missed: an error code ("api keeps
-        returning 429"), a system's name ("fedora"), a language. None when no article or several do."""
+        returning 429"), a system's name ("fedora"), a language. None when no article or several tie."""
         vocabulary = self.vocabulary()
         rare = {term for term in vocabulary.terms(question) if 0 < vocabulary.frequency.get(term, 0) <= RARE_DOCUMENTS}
-        holders = [article for article in self.cache.list_articles()
-                   if rare & stems(f"{article.title}\n{article.body}")] if rare else []
-        return holders[0] if len(holders) == 1 else None
+        held = sorted(((len(rare & stems(f"{article.title}\n{article.body}")), article)
+                       for article in self.cache.list_articles()), key=lambda pair: -pair[0]) if rare else []
+        if not held or not held[0][0] or (len(held) > 1 and held[1][0] == held[0][0]):
+            return None
+        return held[0][1]
 
     def vocabulary(self) -> Vocabulary:
         change = self.cache.change_number()
