@@ -165,11 +165,12 @@ class HelpCentreWords:
         returning 429"), a system's name ("fedora"), a language. None when no article or several tie."""
         vocabulary = self.vocabulary()
         rare = {term for term in vocabulary.terms(question) if 0 < vocabulary.frequency.get(term, 0) <= RARE_DOCUMENTS}
-        held = sorted(((len(rare & stems(f"{article.title}\n{article.body}")), article)
-                       for article in self.cache.list_articles()), key=lambda pair: -pair[0]) if rare else []
-        if not held or not held[0][0] or (len(held) > 1 and held[1][0] == held[0][0]):
+        if not rare:
             return None
-        return held[0][1]
+        articles = self.cache.list_articles()
+        held = [len(rare & stems(f"{article.title}\n{article.body}")) for article in articles]
+        most = max(held, default=0)
+        return articles[held.index(most)] if most and held.count(most) == 1 else None
 
     def vocabulary(self) -> Vocabulary:
         change = self.cache.change_number()

@@ -180,8 +180,8 @@ def question_coverage(question: str, source: str, vocabulary: Vocabulary) -> tup
     asking = asking_sentences(question)
     if not asking or asking == question.strip() or leans_on_context(asking):
         return coverage, missing
-    if sum(1 for term in vocabulary.terms(asking) if vocabulary.weight(term) and term not in DIRECTION_WORDS) \
-            < ASKED_TERMS:
+    known = [term for term in vocabulary.terms(asking) if vocabulary.weight(term) and term not in DIRECTION_WORDS]
+    if len(known) < ASKED_TERMS:
         return coverage, missing
     asked_coverage, asked_missing = term_coverage(asking, source, vocabulary, vocabulary.weight_of_rarest())
     return (asked_coverage, asked_missing) if asked_coverage > coverage else (coverage, missing)
