@@ -4,11 +4,11 @@ the sum worked from them where they settle it (chatbot/sums.py)."""
 
 from cache import AnswerCache
 
+from .passages import Passage, article_units, list_label, names_a_priced_item, priced_passage
 from .prompt import article_in_prompt
 from .questions import reads_as_follow_up
 from .relevance import unknown_product
 from .sums import names_a_discount, priced_line, qualified_alike, users_asked, word_set, worked_sum
-from .support import Passage, article_units, list_label, names_a_priced_item, priced_passage
 from .terms import Vocabulary, spelled_out
 
 

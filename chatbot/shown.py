@@ -5,8 +5,9 @@ from dataclasses import dataclass
 
 from cache.records import ANSWERED, CUT, DECLINED, HANDED_OFF, STAFF_TEXT
 
+from .passages import Passage
 from .questions import ACTS_ON_ACCOUNT, CHANGES_INSTRUCTIONS
-from .support import Passage, ReplyCheck
+from .support import ReplyCheck
 
 # Why a question gets the hand-off when no check names a source it failed.
 NOTHING_COVERS = "no approved answer or help article covers this question"

@@ -7,7 +7,7 @@ the customer gets the figures alone, as before."""
 import re
 from dataclasses import dataclass
 
-from .support import article_units, list_label
+from .passages import article_units, list_label
 
 _WORDS = {"two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9, "ten": 10,
           "eleven": 11, "twelve": 12, "fifteen": 15, "twenty": 20}

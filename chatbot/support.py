@@ -11,14 +11,14 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .relevance import both_ways, swapped_action
-from .terms import Vocabulary, content_words, stem, stem_pairs, stems
+from .relevance import both_ways
+from .terms import content_words, stem, stem_pairs, stems
 
 # A sentence ends at a newline, or at . ! ? followed by a space (not a numbered list's "1." nor "e.g.").
 _END = re.compile(r"\n+|(?<!\b[0-9])(?<!\be\.g)(?<!\bi\.e)[.!?]+(?=\s)")
-_LIST_MARK = re.compile(r"^\s*(?:\d{1,2}[.)]|[-*•])\s+")
+LIST_MARK = re.compile(r"^\s*(?:\d{1,2}[.)]|[-*•])\s+")
 _STEP = re.compile(r"^\s*(\d{1,2})[.)]\s+(.*)$", re.M)  # a numbered step: its number and its text
-_NUMBER = re.compile(r"\$?\d[\d,]*(?:\.\d+)?%?")
+NUMBER = re.compile(r"\$?\d[\d,]*(?:\.\d+)?%?")
 _URL = re.compile(r"\b(?:https?://)?[a-z0-9-]+(?:\.[a-z0-9-]+)*\.(?:com|org|net|io)(?:/[^\s]*)?", re.I)
 _EMAIL = re.compile(r"\b[\w.+-]+@[\w-]+(?:\.[\w-]+)+\b")
 _MENU = re.compile(r"\b[A-Z][\w ]*?(?: > [A-Z][\w ]*?)+(?=[.,;:)\s]|$)")
@@ -46,7 +46,6 @@ _LIST_COPY_WORDS, _LIST_DROP_WORDS = 5, 4
 # The share of a sentence's words that may come from the customer's question alone: a reply may restate the question,
 # but one mostly the question said back ("You can lock or freeze your account on purpose") claims what none says.
 ECHO_SHARE = 0.25
-_LABEL = re.compile(r"^\s*(?:\d{1,2}[.)]\s*)?([A-Z][\w ]{0,30}?):")  # a list item's label: "2. Personal: $8 ..."
 _YES = re.compile(r"^\W*(?:yes|yeah|yep|sure|of course|absolutely)\b", re.I)
 # A negation turns a sentence of a source's words into its opposite ("unlinking a desktop app is not possible" beside
 # "Paid plans have no device limit"), which no overlap of words sees: what a sentence negates (the first word after
@@ -100,8 +99,8 @@ class Sources:
         self.stems = self.own_stems | stems(echo)
         self.words = set(re.findall(r"[a-z0-9]+", f"{joined}\n{echo}".lower()))
         self.pairs = stem_pairs(joined) | stem_pairs(echo)
-        plain = "\n".join(_LIST_MARK.sub("", line) for line in joined.splitlines())  # "1." is not a fact
-        self.numbers = {_plain_number(n) for n in _NUMBER.findall(plain)}
+        plain = "\n".join(LIST_MARK.sub("", line) for line in joined.splitlines())  # "1." is not a fact
+        self.numbers = {_plain_number(n) for n in NUMBER.findall(plain)}
         self.sentences = [_TOKEN.findall(unit) for unit in text_sentences(plain)]
         self.clicked = {stem(word.lower()) for word in _CLICKED.findall(joined)}
         self.negated = {term for _, after in negated_words(joined, _NEGATION_REACH) for term in after}
@@ -119,7 +118,7 @@ class Sources:
 def check_sentence(sentence: str, sources: Sources, min_overlap: float, min_pairs: float = 0.0) -> SentenceCheck:
     """Whether every fact of `sentence` is in `sources`, at least `min_overlap` of its words are, and at least
     `min_pairs` of its consecutive word pairs."""
-    body = _LIST_MARK.sub("", sentence).strip()
+    body = LIST_MARK.sub("", sentence).strip()
     missing = unsupported_fact(body, sources)
     swapped_step = "" if missing else unsupported_step(sentence, sources)
     if not missing and _YES_NO.match(body) and not sources.holds(body.rstrip(".!")):
@@ -156,7 +155,7 @@ def check_sentence(sentence: str, sources: Sources, min_overlap: float, min_pair
 def unsupported_fact(sentence: str, sources: Sources) -> str:
     """The first number, URL, e-mail address, menu path, named control or word in capitals ("VAT ID" written
     "VATID") of `sentence` that no source holds."""
-    for number in _NUMBER.findall(sentence):
+    for number in NUMBER.findall(sentence):
         if _plain_number(number) not in sources.numbers:
             return number
     for pattern in (_EMAIL, _URL, _MENU):
@@ -255,102 +254,9 @@ def _plain_number(number: str) -> str:
     return number.replace(",", "").rstrip(".")
 
 
-@dataclass(frozen=True)
-class Passage:
-    """Staff's own text shown as such: a passage of a help article, or an approved answer whole."""
-
-    source: str  # "article:<id>" or "answer:<entry id>"
-    title: str
-    text: str
-    worked: str = ""  # a sum worked from the text's figures (chatbot/sums.py), shown before it
-
-
 def text_sentences(text: str) -> list[str]:
     """The sentences of a text (an article's body, an answer), stripped, in order."""
     return [unit for unit in (text[s.start : s.end].strip() for s in sentences(text, final=True)) if unit]
-
-
-# How much less close than the closest sentence a passage's other sentences may be. Measured on the right article
-# of each answerable question of bench.answers' sets: the top three held the facts for 37 of 53 tuning questions,
-# within 0.15 of the closest 36, and showed a sentence that makes the reply wrong once fewer on the first fresh set
-# (the opposite action's step beside the asked one).
-PASSAGE_MARGIN = 0.15
-
-
-def best_passage(units: Sequence[str], closeness: Sequence[float], question: str, count: int = 3) -> str:
-    """At most `count` sentences closest in meaning to the question (`closeness`: their cosines), none less close
-    than the closest by more than PASSAGE_MARGIN, in the article's order. By the embedding model's cosine they held
-    the facts a correct reply needs more often than by shared rare words or as consecutive runs."""
-    best = max(closeness)
-    near = [i for i in range(len(units)) if closeness[i] >= best - PASSAGE_MARGIN]
-    ranked = set(sorted(near, key=lambda i: -closeness[i])[:count])
-    return "\n".join(units[i] for i in sorted(ranked | _whole_lists(units, ranked, question)))
-
-
-def _whole_lists(units: Sequence[str], chosen: set[int], question: str) -> set[int]:
-    """Every item of a list one of whose items is chosen: a step shown alone ("2. Enter the new address")
-    leaves the customer without the step before it ("1. Open Settings > Account > Email address"). Not a list
-    that does the opposite of what is asked (the restore steps beside "delete it for good")."""
-    listed = [bool(_LIST_MARK.match(unit)) for unit in units]
-    whole: set[int] = set()
-    for i in (i for i in chosen if listed[i]):
-        start, end = i, i
-        while start > 0 and listed[start - 1]:
-            start -= 1
-        while end + 1 < len(units) and listed[end + 1]:
-            end += 1
-        if not swapped_action(question, "\n".join(units[start : end + 1]), whole_text=False):
-            whole |= set(range(start, end + 1))
-    return whole
-
-
-def priced_passage(question: str, body: str, vocabulary: Vocabulary, count: int = 2) -> str:
-    """The sentences of an article that state a figure and share the most words with the question, a list item
-    whose label the question names first ("4. Enterprise: ..." for "enterprise for our 20 person firm", whose
-    "person" would otherwise meet "Personal"), and then no other list item ("50 GB" of Personal for "enterprise for
-    50 users"): the figures a sum needs."""
-    figured = [unit for unit in article_units(body) if _NUMBER.search(_LIST_MARK.sub("", unit))]
-    asked, said = vocabulary.terms(question), f" {' '.join(re.findall(r'[a-z0-9]+', question.lower()))} "
-    scores = [(_names_label(unit, said), _score(unit, asked, vocabulary)) for unit in figured]
-    named = any(label for label, _ in scores)
-    kept = [i for i, (label, score) in enumerate(scores)
-            if label or (score and not (named and _LIST_MARK.match(figured[i])))]
-    ranked = sorted(kept, key=lambda i: scores[i], reverse=True)[:count]
-    return "\n".join(figured[i] for i in sorted(ranked))
-
-
-def article_units(body: str) -> list[str]:
-    """An article's passages: a list item whole (its label and every figure after it: "4. Enterprise: custom
-    pricing through our sales team. 5 TB ..."; a step and what it says after it), other text sentence by
-    sentence."""
-    return [unit for line in body.splitlines() if line.strip()
-            for unit in ([line.strip()] if _LIST_MARK.match(line) else text_sentences(line))]
-
-
-def names_a_priced_item(question: str, body: str) -> bool:
-    """Whether the article lists an item with a figure whose label the question names ("Team: $12 per user ..."
-    for "8 person team, how much do we save going annual"): the article states the figures the sum needs."""
-    said = f" {' '.join(re.findall(r'[a-z0-9]+', question.lower()))} "
-    return any(_NUMBER.search(_LIST_MARK.sub("", unit)) and _names_label(unit, said) for unit in text_sentences(body))
-
-
-def list_label(unit: str) -> str:
-    """A list item's label ("Team" for "3. Team: $12 per user ..."), or ""."""
-    label = _LABEL.match(unit)
-    return label.group(1) if label else ""
-
-
-def _names_label(unit: str, said: str) -> bool:
-    """Whether the question (`said`: its words, space-padded) names the label of the list item `unit`."""
-    label = list_label(unit)
-    return bool(label) and f" {label.lower()} " in said
-
-
-def _score(unit: str, asked: list[str], vocabulary: Vocabulary) -> float:
-    """How many of the asked terms `unit` uses, their rarity breaking ties."""
-    have = stems(unit)
-    return sum(1.0 + vocabulary.weight(term) / 100 for term in asked if term in have)
-
 
 
 @dataclass(frozen=True)

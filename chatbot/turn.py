@@ -10,6 +10,7 @@ from decoding import Engine, StepConfig
 
 from .figures import sum_figures
 from .grounding import GroundingChoice, GroundingPolicy, article_of_match, choose_grounding
+from .passages import Passage, article_units, best_passage
 from .prompt import (
     ApprovedAnswer,
     Message,
@@ -33,7 +34,7 @@ from .questions import (
 from .relevance import Coverage, check_source
 from .settings import GROUNDING_REVIEWS, ChatSettings
 from .shown import DEPARTED_NOTICE, FOLLOWED_ENOUGH, NOTHING_COVERS, UNCHECKED_NOTICE
-from .support import Passage, article_units, best_passage, text_sentences
+from .support import text_sentences
 from .terms import spelled_out
 
 # How close in meaning (cosine) an article's closest sentence must be to the question for it to answer alone: on
@@ -43,9 +44,8 @@ ARTICLE_SENTENCE_CLOSE = 0.45
 # bench.answers no answer that was right had its closest sentence below 0.40 ("a gift for my mum?" beside the
 # student discount: 0.31; "a password on a folder in my own drive" beside link passwords: 0.37).
 ANSWER_SENTENCE_CLOSE = 0.40
-# How much closer in meaning a sentence of an approved answer's article outside the answer must be to the question
-# than the answer's own sentences for the answer not to ground: 2 of 9 grounded neighbours on the tuning part of
-# bench.answers' set caught, none of 20 right answers lost.
+# How much closer in meaning to the question a sentence of an approved answer's article outside the answer must be
+# than the answer's own for it not to ground: 2 of 9 grounded neighbours on bench.answers' tuning part, no right lost.
 BEYOND_MARGIN = 0.15
 
 

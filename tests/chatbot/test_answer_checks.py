@@ -7,6 +7,7 @@ import json
 import pytest
 
 from cache.records import HANDED_OFF, STAFF_TEXT
+from chatbot.passages import Passage, article_units, best_passage, priced_passage
 from chatbot.questions import (
     ACTS_ON_ACCOUNT,
     CHANGES_INSTRUCTIONS,
@@ -17,17 +18,7 @@ from chatbot.questions import (
 )
 from chatbot.relevance import Coverage, asking_sentences, check_source, leans_on_context, swapped_action, term_coverage
 from chatbot.shown import shown_after_check
-from chatbot.support import (
-    Passage,
-    ReplyCheck,
-    Sources,
-    article_units,
-    best_passage,
-    check_sentence,
-    priced_passage,
-    sentences,
-    text_sentences,
-)
+from chatbot.support import ReplyCheck, Sources, check_sentence, sentences, text_sentences
 from chatbot.terms import Vocabulary, spelled_out, stem, words
 from data import DATA_DIR, load_eval_questions
 

@@ -6,9 +6,9 @@ import re
 
 import pytest
 
+from chatbot.passages import article_units
 from chatbot.questions import needs_sum
 from chatbot.sums import worked_sum
-from chatbot.support import article_units
 from data import DATA_DIR
 
 ARTICLES = json.loads((DATA_DIR / "articles.json").read_text())
