@@ -56,6 +56,9 @@ _NEGATED_SKIP = frozenset("""a an the be been being to it its any anything able 
 always currently really also at all in on of for by with your you i we they this that those these one
 more so very just""".split())
 _NEGATION_REACH = 4
+# Whose a thing is: "the folder disappears from your devices" copies every word of "... from their devices" and says
+# it of someone else. What a sentence says is someone's must be said so in a source when a source says whose it is.
+_POSSESSIVE = re.compile(r"\b(your|their|his|her|our|my)\s+(?:own\s+)?([a-z][a-z'-]*)", re.I)
 
 
 @dataclass(frozen=True)
@@ -105,6 +108,9 @@ class Sources:
         self.clicked = {stem(word.lower()) for word in _CLICKED.findall(joined)}
         self.negated = {term for _, after in negated_words(joined, _NEGATION_REACH) for term in after}
         self.both_ways = any(map(both_ways, text_sentences(joined)))  # a source sentence saying both ways of a switch
+        self.owners: dict[str, set[str]] = {}  # each thing a source says is someone's, with whose
+        for owner, thing in _POSSESSIVE.findall(joined):
+            self.owners.setdefault(stem(thing.lower()), set()).add(owner.lower())
         numbered: dict[str, list[str]] = {}
         for number, step in _STEP.findall(joined):
             numbered.setdefault(number, []).append(step)
@@ -138,6 +144,9 @@ def check_sentence(sentence: str, sources: Sources, min_overlap: float, min_pair
         return SentenceCheck(False, overlap, f"says {contrary!r}, which no source says in one sentence", paired)
     if negated:
         return SentenceCheck(False, overlap, f"says {negated!r}, which no source negates", paired)
+    owner = swapped_owner(body, sources)
+    if owner:
+        return SentenceCheck(False, overlap, f"says {owner!r}, which the sources say of someone else", paired)
     dropped = dropped_name(body, sources)
     if dropped:
         return SentenceCheck(False, overlap, f"leaves {dropped!r} out of its source's list", paired)
@@ -183,6 +192,16 @@ def unsupported_fact(sentence: str, sources: Sources) -> str:
     for capitals in _CAPITALS.findall(sentence):
         if capitals.lower() not in sources.words:
             return capitals
+    return ""
+
+
+def swapped_owner(sentence: str, sources: Sources) -> str:
+    """The first thing `sentence` says is someone's ("your devices") that the sources say only of someone else
+    ("their devices"), or ""."""
+    for owner, thing in _POSSESSIVE.findall(sentence):
+        whose = sources.owners.get(stem(thing.lower()))
+        if whose and owner.lower() not in whose:
+            return f"{owner} {thing}"
     return ""
 
 

@@ -506,6 +506,18 @@ def test_a_sentence_that_copies_a_source_but_leaves_a_name_out_of_its_list_is_no
         assert check_sentence(kept, sources, 0.6).supported
 
 
+def test_a_sentence_that_says_whose_a_thing_is_otherwise_than_its_source_is_not_supported():
+    sources = Sources([ARTICLES["share-with-people"]])
+    swapped = check_sentence("When you remove someone, the folder disappears from your devices at the next sync.",
+                             sources, 0.6)
+    assert not swapped.supported and "your devices" in swapped.reason
+    assert check_sentence("When you remove someone, the folder disappears from their devices at the next sync.",
+                          sources, 0.6).supported
+    assert check_sentence("Recipients need a Nimbus Drive account.", sources, 0.6).supported  # nobody's: unchecked
+    both = Sources(["Editors only remove it from their own account.", "Sign in to your account first."])
+    assert check_sentence("Sign in to your own account first.", both, 0.6).supported  # a source says it of you too
+
+
 def test_record_mode_checks_every_sentence_and_cuts_nothing():
     reply = "The largest file on Personal is 50 GB. It is 99 GB on Team. "
     check = ReplyCheck(Sources([ARTICLES["upload-limits"]]), 0.6, enforce=False)
