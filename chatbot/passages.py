@@ -5,6 +5,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from cache.records import Hit
+
 from .relevance import swapped_action
 from .support import LIST_MARK, NUMBER, text_sentences
 from .terms import Vocabulary, stems
@@ -20,6 +22,11 @@ class Passage:
     title: str
     text: str
     worked: str = ""  # a sum worked from the text's figures (chatbot/sums.py), shown before it
+
+    @classmethod
+    def of_answer(cls, hit: Hit) -> "Passage":
+        """An approved answer whole, offered as staff's own text where the reply grounded on it is cut."""
+        return cls(f"answer:{hit.id}", hit.question, hit.answer)
 
 
 # How much less close than the closest sentence a passage's other sentences may be. Measured on the right article

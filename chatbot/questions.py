@@ -115,8 +115,10 @@ _OWN_RECORDS = re.compile(
     r"(?:extend|bump|raise|increase|lift|boost|waive|move|check)\b[^.?!]{0,40}\b(?:trial|limit|quota|charge|"
     r"billing date|renewal|logs?)\b|\blook\s+(?:it|that|this)\s+up\b", re.I)
 # A message that reads as the continuation of the one before it: retrieved together with it (chatbot/turn.py).
-_FOLLOW_UP = re.compile(r"^\s*(?:and|ok(?:ay)?|so|but|also|then|what about|how about|same|and if|if so|what if)\b"
-                        r"|\b(?:it|that|this|those|these|they|them|there)\b", re.I)
+_BACK_REFERENCE = re.compile(r"\b(?:it|its|it's|them|they|she|he|her|him|that|this|those|these)\b", re.I)
+_FOLLOW_UP_OPENING = re.compile(r"^\s*(?:and|ok(?:ay)?|so|but|also|then|what about|how about|same|and if|if so|"
+                                r"what if)\b", re.I)
+_FOLLOW_UP = re.compile(rf"{_FOLLOW_UP_OPENING.pattern}|\b(?:it|that|this|those|these|they|them|there)\b", re.I)
 
 
 def decline_reason(question: str) -> str:
@@ -145,6 +147,14 @@ def needs_sum(question: str) -> bool:
 def reads_as_follow_up(message: str) -> bool:
     """True for a short message that leans on the one before it ("and on Personal?", "how long does that take")."""
     return len(message.split()) <= 12 and bool(_FOLLOW_UP.search(message))
+
+
+def may_lean_back(message: str) -> bool:
+    """True unless the message reads whole without the one before it: a follow-up, a message of a few words, or one
+    whose opening names someone or something already said ("can they edit it too?", "its a 2017 macbook air ...")."""
+    words = message.split()
+    return (len(words) <= 8 or reads_as_follow_up(message) or bool(_FOLLOW_UP_OPENING.match(message))
+            or bool(_BACK_REFERENCE.search(" ".join(words[:6]))))
 
 
 # A word at most this many articles and approved answers use is rare: it finds its article (article_by_rare_words).

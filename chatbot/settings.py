@@ -9,7 +9,9 @@ from cache.embedder import model_of
 from decoding import RECOMMENDED_REPETITION_RULE, RepetitionRule
 from decoding.hardware import cpu_features
 
+from .grounding import GroundingPolicy
 from .prompt import DEFAULT_SYSTEM_PROMPT, LAYOUTS
+from .relevance import Coverage
 
 # What a first question gets when nothing covers it: no approved answer, no help article, no conversation.
 UNCOVERED_CHOICES = ("answer", "hand-off")
@@ -168,6 +170,17 @@ class ChatSettings:
         bare = {"embedding_model": EMBEDDING_BUNDLED, "embedding_dtype": "float32", "uncovered": "answer",
                 "check_sources": False, "check_replies": "off", "warm_prefixes": False}
         return cls(**(bare | changes))
+
+    @property
+    def coverage_needed(self) -> Coverage:
+        """How much of a question a source must cover to answer it (chatbot/relevance.py)."""
+        return Coverage(self.source_coverage, self.source_coverage_close, self.source_close_score)
+
+    @property
+    def grounding_policy(self) -> GroundingPolicy:
+        return GroundingPolicy(threshold=self.grounding_threshold, margin=self.grounding_margin,
+                               article_margin=self.grounding_article_margin, answers=self.grounding_answers,
+                               token_budget=self.grounding_token_budget)
 
     def for_embedder(self, name: str) -> "ChatSettings":
         """These settings with every threshold left None set to the one tuned for embedding model `name` (in

@@ -12,6 +12,7 @@ from chatbot.questions import (
     ACTS_ON_ACCOUNT,
     CHANGES_INSTRUCTIONS,
     decline_reason,
+    may_lean_back,
     needs_sum,
     own_records,
     reads_as_follow_up,
@@ -582,3 +583,13 @@ def test_every_evaluation_fact_is_in_the_help_centre(question):
     everything = " ".join([*ARTICLES.values(), *(a["answer"] for a in APPROVED)]).lower()
     for fact in question.must:
         assert any(spelling.lower() in everything for spelling in fact), (question.id, fact)
+
+
+def test_a_message_that_reads_whole_does_not_lean_back_on_the_one_before():
+    assert may_lean_back("and on team?")  # a few words
+    assert may_lean_back("ok and if we move the company over to team can i chat with someone live?")
+    assert may_lean_back("can they edit it too? they dont have an account and i'm not making them one")
+    assert may_lean_back("its a 2017 macbook air stuck on big sur, will the app even install on that?")
+    assert not may_lean_back("my bank statement shows two charges from nimbus drive inc on the same day, why?")
+    # "it" late in a message refers inside it
+    assert not may_lean_back("i know my current password, i just want to change it to something stronger")

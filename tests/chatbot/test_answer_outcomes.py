@@ -105,6 +105,20 @@ def test_a_follow_up_is_retrieved_with_the_question_before_it_even_when_that_was
     assert not after.history  # the handed-off exchange stays out of the prompt
 
 
+def test_a_new_question_nothing_covers_is_not_answered_from_the_question_before(service):
+    """A message that reads whole, about something else, is not grounded on the conversation's sources: joined to
+    "cancel my subscription", a sync problem is retrieved as the cancelling article's."""
+    first = "cancel my subscription please. money is tight this year"
+    before = [{"role": "user", "content": first}, {"role": "assistant", "content": "OK."}]
+    switch = ("Nothing I save on my work PC shows up on my laptop anymore, it's been like that since yesterday. The "
+              "little cloud icon is still there. Windows 11 if that matters")
+    assert service.planner.grounds_for(f"{first}\n{switch}").article.id == "downgrade-or-cancel"
+    planned = service.planner.plan(switch, before, "s")
+    assert planned.article is None and not planned.matched
+    follow_up = "and what happens to my files after that?"  # leans back: still the conversation's
+    assert service.planner.plan(follow_up, before, "s").article_id == "downgrade-or-cancel"
+
+
 def test_a_follow_up_s_passage_is_close_to_the_follow_up_not_only_to_the_question_before(service):
     """Cut with no approved answer, a follow-up is offered the sentences of the conversation's article closest to
     the conversation and to the follow-up alike: the refund of the remaining days, not the cancelling again."""
