@@ -168,6 +168,7 @@ class HelpCentreWords:
         self.cache = cache
         self._change = -1
         self._vocabulary = Vocabulary(0, {})
+        self._articles: list[tuple[ArticleRecord, set[str]]] = []  # each article with its stems, as of `_change`
 
     def article_by_rare_words(self, question: str) -> ArticleRecord | None:
         """The article that uses the most of the question's rare words (at most RARE_DOCUMENTS articles or approved
@@ -177,10 +178,10 @@ class HelpCentreWords:
         rare = {term for term in vocabulary.terms(question) if 0 < vocabulary.frequency.get(term, 0) <= RARE_DOCUMENTS}
         if not rare:
             return None
-        articles = self.cache.list_articles()
-        held = [len(rare & stems(f"{article.title}\n{article.body}")) for article in articles]
+        articles = self._articles  # one snapshot: a refresh replaces the list whole
+        held = [len(rare & article_stems) for _, article_stems in articles]
         most = max(held, default=0)
-        return articles[held.index(most)] if most and held.count(most) == 1 else None
+        return articles[held.index(most)][0] if most and held.count(most) == 1 else None
 
     def vocabulary(self) -> Vocabulary:
         change = self.cache.change_number()
@@ -188,6 +189,7 @@ class HelpCentreWords:
             articles = self.cache.list_articles()
             approved = self.cache.list_entries(review="approved", limit=100_000).entries
             texts = [f"{a.title}\n{a.body}" for a in articles] + [f"{e.question}\n{e.answer}" for e in approved]
+            self._articles = [(a, stems(f"{a.title}\n{a.body}")) for a in articles]
             self._vocabulary, self._change = Vocabulary.of(texts), change
         return self._vocabulary
 
