@@ -114,6 +114,10 @@ _OWN_RECORDS = re.compile(
     r"|\b(?:can|could|would|will)\s+(?:you|u|someone|support|your team)\s+(?:please\s+|pls\s+|just\s+)?"
     r"(?:extend|bump|raise|increase|lift|boost|waive|move|check)\b[^.?!]{0,40}\b(?:trial|limit|quota|charge|"
     r"billing date|renewal|logs?)\b|\blook\s+(?:it|that|this)\s+up\b", re.I)
+# A message that says it is about something else: never retrieved together with the one before it.
+_NEW_TOPIC = re.compile(r"\b(?:different|unrelated|separate|another|new|other) (?:thing|question|topic|issue|"
+                        r"subject|matter|problem)\b|\bunrelated\b|\bon another note\b|"
+                        r"\bchang(?:e|ing) (?:the )?subject\b", re.I)
 # A message that reads as the continuation of the one before it: retrieved together with it (chatbot/turn.py).
 _BACK_REFERENCE = re.compile(r"\b(?:it|its|it's|them|they|she|he|her|him|that|this|those|these)\b", re.I)
 _FOLLOW_UP_OPENING = re.compile(r"^\s*(?:and|ok(?:ay)?|so|but|also|then|what about|how about|same|and if|if so|"
@@ -147,6 +151,11 @@ def needs_sum(question: str) -> bool:
 def reads_as_follow_up(message: str) -> bool:
     """True for a short message that leans on the one before it ("and on Personal?", "how long does that take")."""
     return len(message.split()) <= 12 and bool(_FOLLOW_UP.search(message))
+
+
+def changes_subject(message: str) -> bool:
+    """Whether the message says it is about something else than the one before it ("totally different thing, ...")."""
+    return bool(_NEW_TOPIC.search(message))
 
 
 def may_lean_back(message: str) -> bool:

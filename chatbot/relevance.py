@@ -37,7 +37,8 @@ _DEVICE_SWITCH = re.compile(r" (?:turn|switch)\w* (?:on |off )?(?:my |the |our |
                             r"(?:laptop|phone|computer|desktop|pc|mac|ipad|tablet|wifi|router|device)s? ")
 OPPOSITES = (
     ((*SWITCHES[0], "activate", "set up", "setup"),
-     (*SWITCHES[1], "deactivate", "don't want", "no longer want", "get rid of")),
+     (*SWITCHES[1], "deactivate", "don't want", "no longer want", "get rid of", "stop uploading", "stop syncing",
+      "stop backing up", "from uploading", "from syncing", "from backing up")),
     (("add", "invite"), ("remove", "delete", "kick")),
     (("start", "begin", "resume"), ("stop", "pause", "end")),
     (("show", "unhide"), ("hide",)),

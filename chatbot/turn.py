@@ -24,6 +24,7 @@ from .prompt import (
 )
 from .questions import (
     HelpCentreWords,
+    changes_subject,
     check_question,
     decline_reason,
     may_lean_back,
@@ -222,7 +223,7 @@ class TurnPlanner:
         alone), of the `previous` question of the customer's joined with it: retrieved and checked as the
         conversation's question."""
         grounds = self.grounds_for(question)
-        if not previous or (grounds.covered and not reads_as_follow_up(question)):
+        if not previous or changes_subject(question) or (grounds.covered and not reads_as_follow_up(question)):
             return grounds
         joined = self.grounds_for(f"{previous[-1]}\n{question}")
         if not grounds.covered and not may_lean_back(question) and joined.covered and self.off_topic(question, joined):

@@ -11,6 +11,7 @@ from chatbot.passages import Passage, article_units, best_passage, priced_passag
 from chatbot.questions import (
     ACTS_ON_ACCOUNT,
     CHANGES_INSTRUCTIONS,
+    changes_subject,
     decline_reason,
     may_lean_back,
     needs_sum,
@@ -75,6 +76,10 @@ def test_the_opposite_action_is_not_answered_by_the_action():
     assert swapped_action(undo, ARTICLES["delete-account"], whole_text=True) is None  # "to cancel the deletion"
     assert swapped_action("i deleted a file by mistake, how do i undo it", "How do I restore a deleted file?",
                           whole_text=False) is None
+    camera = approved("How do I back up my phone photos automatically?")  # "tap Camera uploads and turn it on"
+    stop = check_source("i want to stop my phone from uploading photos to nimbus", camera["answer"], VOCABULARY,
+                        COVERAGE, 0.9, source_question=camera["question"])
+    assert not stop.answers and "turn on" in stop.reason
 
 
 def test_a_product_the_help_centre_never_names_fails_every_source():
@@ -593,3 +598,11 @@ def test_a_message_that_reads_whole_does_not_lean_back_on_the_one_before():
     assert not may_lean_back("my bank statement shows two charges from nimbus drive inc on the same day, why?")
     # "it" late in a message refers inside it
     assert not may_lean_back("i know my current password, i just want to change it to something stronger")
+
+
+def test_a_message_that_says_it_changes_the_subject_is_never_joined_to_the_one_before():
+    for message in ("totally different thing, our office printer wont print pdfs from nimbus, any idea",
+                    "unrelated, but is there a dark mode?", "another question: can i pay by invoice?"):
+        assert changes_subject(message)
+    assert not changes_subject("the new team members can't see the folder")
+    assert not changes_subject("and on team?")

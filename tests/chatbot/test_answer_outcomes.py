@@ -117,6 +117,8 @@ def test_a_new_question_nothing_covers_is_not_answered_from_the_question_before(
     assert planned.article is None and not planned.matched
     follow_up = "and what happens to my files after that?"  # leans back: still the conversation's
     assert service.planner.plan(follow_up, before, "s").article_id == "downgrade-or-cancel"
+    said_to_switch = "different question, what happens to my files after that?"
+    assert service.planner.plan(said_to_switch, before, "s").article_id != "downgrade-or-cancel"
 
 
 def test_a_follow_up_s_passage_is_close_to_the_follow_up_not_only_to_the_question_before(service):
