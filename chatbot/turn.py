@@ -219,9 +219,9 @@ class TurnPlanner:
         )
 
     def find_grounds(self, question: str, previous: list[str]) -> Grounds:
-        """The grounds of the question alone, or, for a follow-up ("and on Personal?", or anything nothing covers
-        alone), of the `previous` question of the customer's joined with it: retrieved and checked as the
-        conversation's question."""
+        """The grounds of the question alone, or, for a follow-up ("and on Personal?", or what nothing covers alone
+        unless it reads whole and off the topic, or changes the subject), of the `previous` question of the
+        customer's joined with it: retrieved and checked as the conversation's question."""
         grounds = self.grounds_for(question)
         if not previous or changes_subject(question) or (grounds.covered and not reads_as_follow_up(question)):
             return grounds
@@ -236,7 +236,7 @@ class TurnPlanner:
 
     def off_topic(self, question: str, joined: Grounds) -> bool:
         """Whether a message that reads alone is about something else than the sources the conversation found:
-        none of their sentences is CONTEXT_CLOSE to it ("api keeps returning 429" after a question on uploads)."""
+        none of their sentences is CONTEXT_CLOSE to it ("two charges on my bank statement" after a sync question)."""
         texts = [*([joined.article.body] if joined.article else []), *(h.answer for h in joined.choice.grounding)]
         units = [unit for text in texts for unit in text_sentences(text)]
         return not units or max(self.cache.similarities(question, units)) < CONTEXT_CLOSE
