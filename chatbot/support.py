@@ -59,6 +59,7 @@ _NEGATION_REACH = 4
 # Whose a thing is: "the folder disappears from your devices" copies every word of "... from their devices" and says
 # it of someone else. What a sentence says is someone's must be said so in a source when a source says whose it is.
 _POSSESSIVE = re.compile(r"\b(your|their|his|her|our|my)\s+(?:own\s+)?([a-z][a-z'-]*)", re.I)
+_PERSON = {"your": "you", "my": "we", "our": "we", "their": "they", "his": "they", "her": "they"}  # "her" = "their"
 
 
 @dataclass(frozen=True)
@@ -110,7 +111,7 @@ class Sources:
         self.both_ways = any(map(both_ways, text_sentences(joined)))  # a source sentence saying both ways of a switch
         self.owners: dict[str, set[str]] = {}  # each thing a source says is someone's, with whose
         for owner, thing in _POSSESSIVE.findall(joined):
-            self.owners.setdefault(stem(thing.lower()), set()).add(owner.lower())
+            self.owners.setdefault(stem(thing.lower()), set()).add(_PERSON[owner.lower()])
         numbered: dict[str, list[str]] = {}
         for number, step in _STEP.findall(joined):
             numbered.setdefault(number, []).append(step)
@@ -200,7 +201,7 @@ def swapped_owner(sentence: str, sources: Sources) -> str:
     ("their devices"), or ""."""
     for owner, thing in _POSSESSIVE.findall(sentence):
         whose = sources.owners.get(stem(thing.lower()))
-        if whose and owner.lower() not in whose:
+        if whose and _PERSON[owner.lower()] not in whose:
             return f"{owner} {thing}"
     return ""
 

@@ -519,6 +519,8 @@ def test_a_sentence_that_says_whose_a_thing_is_otherwise_than_its_source_is_not_
     assert not swapped.supported and "your devices" in swapped.reason
     assert check_sentence("When you remove someone, the folder disappears from their devices at the next sync.",
                           sources, 0.6).supported
+    assert check_sentence("When you remove her, the folder disappears from her devices at the next sync.",
+                          sources, 0.6).supported  # the same person as "their"
     assert check_sentence("Recipients need a Nimbus Drive account.", sources, 0.6).supported  # nobody's: unchecked
     both = Sources(["Editors only remove it from their own account.", "Sign in to your account first."])
     assert check_sentence("Sign in to your own account first.", both, 0.6).supported  # a source says it of you too
