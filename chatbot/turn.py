@@ -238,8 +238,7 @@ class TurnPlanner:
         """Whether a message that reads alone is about something else than the sources the conversation found:
         none of their sentences is CONTEXT_CLOSE to it ("two charges on my bank statement" after a sync question)."""
         texts = [*([joined.article.body] if joined.article else []), *(h.answer for h in joined.choice.grounding)]
-        units = [unit for text in texts for unit in text_sentences(text)]
-        return not units or max(self.cache.similarities(question, units)) < CONTEXT_CLOSE
+        return all(self.far_from(question, text, CONTEXT_CLOSE) for text in texts)
 
     def grounds_for(self, asked: str) -> Grounds:
         """Retrieve the article and approved answers for `asked`; with the source checks on, keep only those that
