@@ -26,6 +26,8 @@ _INJECTION = re.compile(
     r"|\bmode\s*[:=]?\s*(?:enabled|activated|on)\b|\bnew (?:instructions?|rules?|polic(?:y|ies))\b"
     r"|\b(?:reveal|print|show|repeat|output|share|dump|leak)\b.{0,30}\b(?:instructions|prompt|configuration|"
     r"secrets?|api keys?)\b"
+    r"|\b(?:repeat|print|output|dump|recite|copy)\b.{0,60}\b(?:verbatim|word for word)\b"
+    r"|\b(?:verbatim|word for word)\b.{0,60}\b(?:instructions|prompt)\b"
     r"|(?:^|[\[(\n]|<!--|[.!?]\s)\s*(?:ai\s+)?(?:assistant|system|bot|ai|chatbot)\s*:"
     r"|\bthe user is (?:a\s+)?(?:verified|authori[sz]ed|trusted)\s+(?:staff|admin|administrator|agent|employee)\b"
     r"|\bas (?:the|a|an|our|my) (?:support |helpdesk |customer service )?(?:assistant|bot|chatbot|ai|agent)\b"
@@ -122,6 +124,9 @@ _NEW_TOPIC = re.compile(r"\b(?:different|unrelated|separate|another|new|other) (
 _BACK_REFERENCE = re.compile(r"\b(?:it|its|it's|them|they|she|he|her|him|that|this|those|these)\b", re.I)
 _FOLLOW_UP_OPENING = re.compile(r"^\s*(?:and|ok(?:ay)?|so|but|also|then|what about|how about|same|and if|if so|"
                                 r"what if)\b", re.I)
+# "Also, ..." adds a question of its own more often than it continues the one before: a long one leans back only by
+# what it says ("also, can they edit it?"), not by its opening.
+_ADDED_QUESTION = re.compile(r"^\s*also\b", re.I)
 _FOLLOW_UP = re.compile(rf"{_FOLLOW_UP_OPENING.pattern}|\b(?:it|that|this|those|these|they|them|there)\b", re.I)
 
 
@@ -162,7 +167,8 @@ def may_lean_back(message: str) -> bool:
     """True unless the message reads whole without the one before it: a follow-up, a message of a few words, or one
     whose opening names someone or something already said ("can they edit it too?", "its a 2017 macbook air ...")."""
     words = message.split()
-    return (len(words) <= 8 or reads_as_follow_up(message) or bool(_FOLLOW_UP_OPENING.match(message))
+    opens_as_follow_up = bool(_FOLLOW_UP_OPENING.match(message)) and not _ADDED_QUESTION.match(message)
+    return (len(words) <= 8 or reads_as_follow_up(message) or opens_as_follow_up
             or bool(_BACK_REFERENCE.search(" ".join(words[:6]))))
 
 

@@ -9,7 +9,8 @@ from cache.records import DECLINED, HANDED_OFF, STAFF_TEXT, Hit
 from decoding import Engine, StepConfig
 
 from .figures import sum_figures
-from .grounding import GroundingChoice, article_of_match, choose_grounding
+from .grounding import article_of_match, choose_grounding
+from .grounds import ArticlePick, Grounds, first_of_each
 from .passages import Passage, article_units, best_passage
 from .prompt import (
     ApprovedAnswer,
@@ -53,44 +54,6 @@ BEYOND_MARGIN = 0.15
 # it to be answered from them. On 240 pairs of unrelated held-out questions, 37 nothing covered alone were grounded on
 # the previous question's article; with this and `may_lean_back`, 16. Of the follow-ups of every set, 1 lost its source.
 CONTEXT_CLOSE = 0.4
-
-
-@dataclass(frozen=True)
-class ArticlePick:
-    """The help article put into the prompt, with its similarity to the question."""
-
-    id: str
-    text: str  # "Title\n\nbody"
-    score: float  # the question's cosine to the article, or to the approved answer it was taken from
-
-    @property
-    def title(self) -> str:
-        return self.text.split("\n\n", 1)[0]
-
-    @property
-    def body(self) -> str:
-        return self.text.split("\n\n", 1)[-1]
-
-
-@dataclass(frozen=True)
-class Grounds:
-    """What a question is answered from once the checks ran: the article, the approved answers, the text that was
-    retrieved and checked (a follow-up joined to the question before it), and the checks that failed."""
-
-    article: ArticlePick | None
-    choice: GroundingChoice
-    asked: str
-    rejected: tuple[str, ...] = ()
-
-    @property
-    def covered(self) -> bool:
-        return self.article is not None or bool(self.choice.matched)
-
-    @property
-    def closeness(self) -> float:
-        """The retrieval score of the closest source that answers: how well these grounds fit what was asked."""
-        scores = [hit.score for hit in self.choice.matched] + ([self.article.score] if self.article else [])
-        return max(scores, default=0.0)
 
 
 @dataclass(frozen=True)
@@ -198,6 +161,8 @@ class TurnPlanner:
                 return Unanswered(question, session_id, HANDED_OFF, "needs a sum and no article gives its figures")
             worked = "worked from " if passage.worked else ""
             return Unanswered(question, session_id, STAFF_TEXT, f"needs a sum: {worked}the article's figures", passage)
+        if grounds.new_topic:  # asked as a first question: what nothing covers is handed off, not answered from chat
+            messages = []
         article, grounding = grounds.article, grounds.choice.grounding
         passage = Passage.of_answer(grounding[0]) if grounding else self.passage(grounds, question)
         prompt = build_prompt(
@@ -227,7 +192,8 @@ class TurnPlanner:
             return grounds
         joined = self.grounds_for(f"{previous[-1]}\n{question}")
         if not grounds.covered and not may_lean_back(question) and joined.covered and self.off_topic(question, joined):
-            return replace(grounds, rejected=(*grounds.rejected, "reads alone and is about something else"))
+            return replace(grounds, rejected=(*grounds.rejected, "reads alone and is about something else"),
+                           new_topic=True)
         # "is there anything cheaper for students?" reads as a follow-up, but alone it fits its own answer better
         # than joined to the question before.
         if joined.covered and not (grounds.covered and grounds.closeness > joined.closeness):
@@ -387,13 +353,4 @@ class TurnPlanner:
             article = self.words.article_by_rare_words(question)
             return ArticlePick(article.id, article_in_prompt(article.title, article.body), 0.0) if article else None
         return ArticlePick(hit.id, article_in_prompt(hit.title, hit.body), hit.score)
-
-
-def first_of_each(*articles: ArticlePick | None) -> list[ArticlePick]:
-    """The articles in order, each id once (its first pick kept), none for None."""
-    seen: dict[str, ArticlePick] = {}
-    for article in articles:
-        if article is not None and article.id not in seen:
-            seen[article.id] = article
-    return list(seen.values())
 

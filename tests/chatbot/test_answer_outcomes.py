@@ -114,7 +114,9 @@ def test_a_new_question_nothing_covers_is_not_answered_from_the_question_before(
               "little cloud icon is still there. Windows 11 if that matters")
     assert service.planner.grounds_for(f"{first}\n{switch}").article.id == "downgrade-or-cancel"
     planned = service.planner.plan(switch, before, "s")
-    assert planned.article is None and not planned.matched
+    # asked as a first question: nothing covers it, so it is handed off rather than answered from the conversation
+    assert planned.article is None and not planned.matched and not planned.history and planned.uncovered
+    assert served(service, ["cancel my subscription please", switch]).stats.outcome == HANDED_OFF
     follow_up = "and what happens to my files after that?"  # leans back: still the conversation's
     assert service.planner.plan(follow_up, before, "s").article_id == "downgrade-or-cancel"
     said_to_switch = "different question, what happens to my files after that?"
