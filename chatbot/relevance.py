@@ -25,6 +25,15 @@ PRODUCTS = ("dropbox", "google drive", "onedrive", "icloud", "box.com", "sharepo
 PLATFORMS = ("smart tv", "apple tv", "android tv", "fire tv", "fire stick", "firestick", "roku", "chromecast",
              "xbox", "playstation", "nintendo", "kindle", "apple watch", "smartwatch", "wear os", "chromebook",
              "chrome os", "chromeos", "blackberry", "windows phone", "carplay", "android auto")
+# An offering the question asks for by a word the help centre never uses ("is there a family plan", "do you have a
+# lifetime deal"): Nimbus has no such thing, and the nearest answer (the plans list) would read as yes. Words that say which plan or how
+# it is billed rather than name one are not names.
+_OFFERING = re.compile(r" (?:is there|are there|do (?:you|u|ya)(?: guys)?|does nimbus(?: drive)?|(?:can|could) i get|"
+                       r"you (?:offer|have|sell)) (?:[a-z]+ ){0,2}?(?:a|an|any) ([a-z]+) "
+                       r"(?:plan|deal|bundle|package|tier|membership)s? ")
+_NOT_NAMES = frozenset("yearly annual monthly paid free current cheap cheaper cheapest bigger biggest larger largest "
+                       "smaller smallest higher highest lower lowest better best whole new old next top same other "
+                       "different right storage data".split())
 
 # Opposite actions, each side a set of phrases. A question doing one side is not answered by a source whose
 # question does the other, nor by an article that never says its side.
@@ -226,13 +235,18 @@ def term_coverage(question: str, source: str, vocabulary: Vocabulary,
 
 
 def unknown_product(question: str, vocabulary: Vocabulary) -> str:
-    """A product or platform the question names and the help centre never does ("Dropbox", "smart TV"): the
-    question is about another company's product, or one Nimbus has no app for; "" when there is none. One it names
-    (Okta, iPhone) is a word like any other."""
+    """A product, platform or offering the question names and the help centre never does ("Dropbox", "smart TV", "a
+    family plan"): the question is about another company's product, one Nimbus has no app for or does not sell; ""
+    when there is none. One it names (Okta, iPhone) is a word like any other."""
     asked = _padded(question)
     for name in (*PRODUCTS, *PLATFORMS):
         if f" {name} " in asked and not vocabulary.mentions(name):
             return name
+    clauses = re.split(r"[?!,;:\n]|\.(?:\s|$)", question)  # "what do you offer? i have a tiny plan": two asks
+    for found in (found for clause in clauses for found in _OFFERING.finditer(_padded(clause))):
+        word = found.group(1)
+        if word not in STOPWORDS and word not in _NOT_NAMES and not any(map(vocabulary.known, vocabulary.terms(word))):
+            return found.group(0).strip()
     return ""
 
 

@@ -98,6 +98,14 @@ def test_a_product_the_help_centre_never_names_fails_every_source():
         assert not verdict.answers and "which the help centre never does" in verdict.reason, asked
     assert check_source("is there a nimbus app for my android phone?", phone_app["answer"], VOCABULARY, COVERAGE,
                         0.9, source_question=phone_app["question"]).answers
+    plans = approved("What plans do you offer and how much do they cost?")
+    for asked in ("do you have a family plan? me, my wife and the kids", "is there any lifetime deal? pay once"):
+        verdict = check_source(asked, plans["answer"], VOCABULARY, COVERAGE, 0.9, source_question=plans["question"])
+        assert not verdict.answers and "which the help centre never does" in verdict.reason, asked
+    for asked in ("do you have a yearly plan? how much is it", "is there a student plan, how much does it cost",
+                  "what plans do you offer? i have a tiny plan on my phone"):  # billing, a plan it has, no asking
+        verdict = check_source(asked, plans["answer"], VOCABULARY, COVERAGE, 0.9, source_question=plans["question"])
+        assert "which the help centre never does" not in verdict.reason, asked
     okta = approved("How do I set up single sign-on with Okta?")
     assert check_source("our company needs SSO with Okta, how do we set it up?", okta["answer"], VOCABULARY,
                         COVERAGE, FAR, source_question=okta["question"]).answers
