@@ -26,8 +26,8 @@ PLATFORMS = ("smart tv", "apple tv", "android tv", "fire tv", "fire stick", "fir
              "xbox", "playstation", "nintendo", "kindle", "apple watch", "smartwatch", "wear os", "chromebook",
              "chrome os", "chromeos", "blackberry", "windows phone", "carplay", "android auto")
 # An offering the question asks for by a word the help centre never uses ("is there a family plan", "do you have a
-# lifetime deal"): Nimbus has no such thing, and the nearest answer (the plans list) would read as yes. Words that say which plan or how
-# it is billed rather than name one are not names.
+# lifetime deal"): Nimbus has no such thing, and the nearest answer (the plans list) would read as yes. Words that
+# say which plan or how it is billed rather than name one are not names.
 _OFFERING = re.compile(r" (?:is there|are there|do (?:you|u|ya)(?: guys)?|does nimbus(?: drive)?|(?:can|could) i get|"
                        r"you (?:offer|have|sell)) (?:[a-z]+ ){0,2}?(?:a|an|any) ([a-z]+) "
                        r"(?:plan|deal|bundle|package|tier|membership)s? ")
