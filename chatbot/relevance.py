@@ -30,7 +30,7 @@ PLATFORMS = ("smart tv", "apple tv", "android tv", "fire tv", "fire stick", "fir
 # say which plan or how it is billed rather than name one are not names.
 _OFFERING = re.compile(r" (?:is there|are there|do (?:you|u|ya)(?: guys)?|does nimbus(?: drive)?|(?:can|could) i get|"
                        r"you (?:offer|have|sell)) (?:[a-z]+ ){0,2}?(?:a|an|any) ([a-z]+) "
-                       r"(?:plan|deal|bundle|package|tier|membership)s? ")
+                       r"((?:plan|deal|bundle|package|tier|membership)s?) ")
 _NOT_NAMES = frozenset("yearly annual monthly paid free current cheap cheaper cheapest bigger biggest larger largest "
                        "smaller smallest higher highest lower lowest better best whole new old next top same other "
                        "different right storage data".split())
@@ -246,7 +246,7 @@ def unknown_product(question: str, vocabulary: Vocabulary) -> str:
     for found in (found for clause in clauses for found in _OFFERING.finditer(_padded(clause))):
         word = found.group(1)
         if word not in STOPWORDS and word not in _NOT_NAMES and not any(map(vocabulary.known, vocabulary.terms(word))):
-            return found.group(0).strip()
+            return f"{word} {found.group(2)}"
     return ""
 
 

@@ -102,6 +102,8 @@ def test_a_product_the_help_centre_never_names_fails_every_source():
     for asked in ("do you have a family plan? me, my wife and the kids", "is there any lifetime deal? pay once"):
         verdict = check_source(asked, plans["answer"], VOCABULARY, COVERAGE, 0.9, source_question=plans["question"])
         assert not verdict.answers and "which the help centre never does" in verdict.reason, asked
+    assert "names family plan," in check_source("do you have a family plan?", plans["answer"], VOCABULARY, COVERAGE,
+                                                0.9, source_question=plans["question"]).reason
     for asked in ("do you have a yearly plan? how much is it", "is there a student plan, how much does it cost",
                   "what plans do you offer? i have a tiny plan on my phone"):  # billing, a plan it has, no asking
         verdict = check_source(asked, plans["answer"], VOCABULARY, COVERAGE, 0.9, source_question=plans["question"])
