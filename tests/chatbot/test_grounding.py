@@ -166,10 +166,12 @@ def test_a_first_question_nothing_covers_is_handed_off_undecoded_and_listed_for_
     with pytest.raises(ValueError, match="handed off, not decoded"):
         handing.verify(reply.id)
     # Decoded as before: a question an approved answer covers, a follow-up (its conversation is something to go
-    # on), and the same question where the setting says answer.
+    # on), and the same question where the setting says answer. The question itself after that conversation reads
+    # whole and is about something else: asked as a first question, it is handed off.
     assert handing.ask(REWORDED).stats.tokens > 0
     history = [{"role": "user", "content": QUESTION}, {"role": "assistant", "content": APPROVED}]
-    assert handing.ask(uncovered, history=history).stats.tokens > 0
+    assert handing.ask("and if that does not work either?", history=history).stats.tokens > 0
+    assert handing.ask(uncovered, history=history).stats.handed_off
     assert service.ask(uncovered).stats.tokens > 0
     # A handed-off exchange is no conversation ("hi", then the real question): what follows it is planned as a
     # first question, handed off again when nothing covers it, and given the first question's very prompt.
