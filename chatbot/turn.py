@@ -188,7 +188,9 @@ class TurnPlanner:
         unless it reads whole and off the topic, or changes the subject), of the `previous` question of the
         customer's joined with it: retrieved and checked as the conversation's question."""
         grounds = self.grounds_for(question)
-        if not previous or changes_subject(question) or (grounds.covered and not reads_as_follow_up(question)):
+        if previous and changes_subject(question):
+            return replace(grounds, new_topic=True)
+        if not previous or (grounds.covered and not reads_as_follow_up(question)):
             return grounds
         joined = self.grounds_for(f"{previous[-1]}\n{question}")
         if not grounds.covered and not may_lean_back(question) and joined.covered and self.off_topic(question, joined):

@@ -121,6 +121,9 @@ def test_a_new_question_nothing_covers_is_not_answered_from_the_question_before(
     assert service.planner.plan(follow_up, before, "s").article_id == "downgrade-or-cancel"
     said_to_switch = "different question, what happens to my files after that?"
     assert service.planner.plan(said_to_switch, before, "s").article_id != "downgrade-or-cancel"
+    # one that says it changes the subject is asked as a first question too: nothing covers it, so it is handed off
+    dark_mode = service.planner.plan("unrelated, but is there a dark mode for the web app?", before, "s")
+    assert not dark_mode.history and dark_mode.uncovered
 
 
 def test_a_follow_up_s_passage_is_close_to_the_follow_up_not_only_to_the_question_before(service):
