@@ -117,7 +117,7 @@ _OWN_RECORDS = re.compile(
     r"(?:extend|bump|raise|increase|lift|boost|waive|move|check)\b[^.?!]{0,40}\b(?:trial|limit|quota|charge|"
     r"billing date|renewal|logs?)\b|\blook\s+(?:it|that|this)\s+up\b", re.I)
 # A message that says it is about something else: never retrieved together with the one before it.
-_NEW_TOPIC = re.compile(r"\b(?:different|unrelated|separate|another|new|other) (?:thing|question|topic|issue|"
+_NEW_TOPIC = re.compile(r"\b(?:different|separate|another|new|other) (?:thing|question|topic|issue|"
                         r"subject|matter|problem)\b|\bunrelated\b|\bon another note\b|"
                         r"\bchang(?:e|ing) (?:the )?subject\b", re.I)
 # A message that reads as the continuation of the one before it: retrieved together with it (chatbot/turn.py).

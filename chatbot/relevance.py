@@ -31,6 +31,7 @@ PLATFORMS = ("smart tv", "apple tv", "android tv", "fire tv", "fire stick", "fir
 _OFFERING = re.compile(r" (?:is there|are there|do (?:you|u|ya)(?: guys)?|does nimbus(?: drive)?|(?:can|could) i get|"
                        r"you (?:offer|have|sell)) (?:[a-z]+ ){0,2}?(?:a|an|any) ([a-z]+) "
                        r"((?:plan|deal|bundle|package|tier|membership)s?) ")
+_CLAUSE_BREAK = re.compile(r"[?!,;:\n]|\.(?:\s|$)")  # "what do you offer? i have a tiny plan": two asks
 _NOT_NAMES = frozenset("yearly annual monthly paid free current cheap cheaper cheapest bigger biggest larger largest "
                        "smaller smallest higher highest lower lowest better best whole new old next top same other "
                        "different right storage data".split())
@@ -242,11 +243,11 @@ def unknown_product(question: str, vocabulary: Vocabulary) -> str:
     for name in (*PRODUCTS, *PLATFORMS):
         if f" {name} " in asked and not vocabulary.mentions(name):
             return name
-    clauses = re.split(r"[?!,;:\n]|\.(?:\s|$)", question)  # "what do you offer? i have a tiny plan": two asks
-    for found in (found for clause in clauses for found in _OFFERING.finditer(_padded(clause))):
-        word = found.group(1)
-        if word not in STOPWORDS and word not in _NOT_NAMES and not any(map(vocabulary.known, vocabulary.terms(word))):
-            return f"{word} {found.group(2)}"
+    for clause in _CLAUSE_BREAK.split(question):
+        for word, kind in (found.groups() for found in _OFFERING.finditer(_padded(clause))):
+            named = word not in STOPWORDS and word not in _NOT_NAMES
+            if named and not any(map(vocabulary.known, vocabulary.terms(word))):
+                return f"{word} {kind}"
     return ""
 
 
