@@ -8,6 +8,7 @@ from cache.records import ArticleRecord
 
 from .prompt import InputError, Message, clean_text
 from .sums import asks_a_count
+from .support import text_sentences
 from .terms import Vocabulary, stems
 
 # Messages that try to change the assistant's instructions: declined, never decoded. The 135M model follows
@@ -115,7 +116,11 @@ _OWN_RECORDS = re.compile(
     # ... or that staff change or look into them: "can you extend our trial", "bump our api rate limit", "look it up"
     r"|\b(?:can|could|would|will)\s+(?:you|u|someone|support|your team)\s+(?:please\s+|pls\s+|just\s+)?"
     r"(?:extend|bump|raise|increase|lift|boost|waive|move|check)\b[^.?!]{0,40}\b(?:trial|limit|quota|charge|"
-    r"billing date|renewal|logs?)\b|\blook\s+(?:it|that|this)\s+up\b", re.I)
+    r"billing date|renewal|logs?)\b|\blook\s+(?:it|that|this)\s+up\b"
+    # ... or names the account by its e-mail address ("my account is dan@gmail.com", "the account of sarah@..."): a
+    # message that hands over an address asks staff to look at or act on that account. Of every eval set's questions,
+    # the 40 that give an address other than Nimbus's own are all for staff.
+    r"|\b[\w.+-]+@(?!nimbusdrive\.com\b)[\w-]+(?:\.[\w-]+)+\b", re.I)
 # A message that says it is about something else: never retrieved together with the one before it.
 _NEW_TOPIC = re.compile(r"\b(?:different|separate|another|new|other) (?:thing|question|topic|issue|"
                         r"subject|matter|problem)\b|\bunrelated\b|\bon another note\b|"
@@ -184,6 +189,19 @@ class HelpCentreWords:
         self._change = -1
         self._vocabulary = Vocabulary(0, {})
         self._articles: list[tuple[ArticleRecord, set[str]]] = []  # each article with its stems, as of `_change`
+        self._sentences: list[tuple[ArticleRecord, str]] = []  # each sentence of every article's body, with it
+
+    def article_by_sentence(self, question: str) -> tuple[ArticleRecord, float] | None:
+        """The article that holds the sentence closest in meaning to the question, with that cosine: a long article's
+        vector stands for its main topics, and a question about one line of it ("can i put face id on the app?" and
+        the mobile app's article) is found by the line. None when the help centre has no article."""
+        self.vocabulary()  # refreshes the snapshot after a change
+        held = self._sentences  # one snapshot: a refresh replaces the list whole
+        if not held:
+            return None
+        closeness = self.cache.similarities(question, [sentence for _, sentence in held])
+        best = max(range(len(held)), key=closeness.__getitem__)
+        return held[best][0], closeness[best]
 
     def article_by_rare_words(self, question: str) -> ArticleRecord | None:
         """The article that uses the most of the question's rare words (at most RARE_DOCUMENTS articles or approved
@@ -205,6 +223,7 @@ class HelpCentreWords:
             approved = self.cache.list_entries(review="approved", limit=100_000).entries
             texts = [f"{a.title}\n{a.body}" for a in articles] + [f"{e.question}\n{e.answer}" for e in approved]
             self._articles = [(a, stems(f"{a.title}\n{a.body}")) for a in articles]
+            self._sentences = [(a, sentence) for a in articles for sentence in text_sentences(a.body)]
             self._vocabulary, self._change = Vocabulary.of(texts), change
         return self._vocabulary
 

@@ -391,6 +391,9 @@ def test_questions_about_the_customer_s_own_records_are_told_from_how_to_questio
     assert "NMB-448210" in own_records("my invoice NMB-448210 has a line for $14 i dont recognise")
     assert "#20931" in own_records("where is my refund for order #20931?")
     assert own_records("which email did i use to sign up?")
+    assert own_records("how much space am i using right now? my account is dan.whitlock@gmail.com") == \
+        "dan.whitlock@gmail.com"
+    assert not own_records("the email from no-reply@nimbusdrive.com never came")  # Nimbus's own address
     assert own_records("can you check my account, the upload keeps failing")
     # ... or asks staff to change or look into them
     assert own_records("our trial runs out on thursday and my manager is away. could you extend it, the trial?")

@@ -10,6 +10,7 @@ from cache.records import ANSWERED, CUT, DECLINED, HANDED_OFF, OUTCOMES, STAFF_T
 from chatbot import ChatService, ChatSettings
 from chatbot.figures import sum_figures
 from chatbot.shown import DECLINE_MESSAGES
+from chatbot.turn import SENTENCE_FOUND
 from data import DATA_DIR
 from decoding import Engine
 from tests.chatbot.test_service import CPU_CURVE, MODEL_ID
@@ -94,6 +95,17 @@ def test_an_article_no_vector_finds_is_found_by_the_question_s_rare_words(servic
     assert words.article_by_rare_words("how do i share a folder") is None  # no rare word
     planned = service.planner.plan("the nimbus app on my phone, can it be in japanese instead?", [], "s")
     assert planned.article_id == "mobile-app"
+
+
+def test_a_question_about_one_line_of_a_long_article_is_grounded_on_that_article(service):
+    # The mobile app's article is mostly about installing and using the app; one of its lines answers this.
+    asked = "can i protect the nimbus app with face id or a passcode?"
+    record, closeness = service.planner.words.article_by_sentence(asked)
+    assert record.id == "mobile-app" and closeness >= SENTENCE_FOUND
+    pick, rejected = service.planner.article_by_sentence(asked)
+    assert pick.id == "mobile-app" and pick.score == closeness and not rejected
+    # No line of the help centre is that close to a question it does not answer.
+    assert service.planner.article_by_sentence("what will the weather be like in paris tomorrow?") == (None, [])
 
 
 def test_a_follow_up_is_retrieved_with_the_question_before_it_even_when_that_was_handed_off(service):
