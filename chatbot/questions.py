@@ -191,6 +191,11 @@ class HelpCentreWords:
         self._articles: list[tuple[ArticleRecord, set[str]]] = []  # each article with its stems, as of `_change`
         self._sentences: list[tuple[ArticleRecord, str]] = []  # each sentence of every article's body, with it
 
+    def warm(self) -> None:
+        """Embed every article's sentences ahead of the first question `article_by_sentence` reads them for (the
+        shipped help centre's take seconds with all-mpnet-base-v2), not while a customer waits."""
+        self.article_by_sentence("warm-up")
+
     def article_by_sentence(self, question: str) -> tuple[ArticleRecord, float] | None:
         """The article that holds the sentence closest in meaning to the question, with that cosine: a long article's
         vector stands for its main topics, and a question about one line of it ("can i put face id on the app?" and

@@ -135,6 +135,7 @@ class ChatService:
         cache.warm_match(service.settings.match_answers, service.settings.lexical_weight > 0)  # the model's tuned
         if settings.warm_prefixes:
             service.warm_prefix_cache()
+            threading.Thread(target=service.planner.words.warm, name="warm-sentences", daemon=True).start()
         return service
 
     def warm_prefix_cache(self) -> int:
