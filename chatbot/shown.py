@@ -56,10 +56,10 @@ def shown_after_check(reply: str, check: ReplyCheck, passage: Passage | None, ha
         return Shown(reply, "", ANSWERED)
     model_text = reply[: check.shown_end].rstrip()
     reason = f"sentence {len(check.checked)}: {check.failed.reason}" if check.failed else ""
-    if not model_text and check.failed is not None and check.failed.says_yes:
+    if not model_text and check.failed is not None and check.failed.says_yes and not (passage and passage.close):
         # A reply that opens with a yes no source gives was asked about what the help centre does not describe
-        # ("an app for Apple Watch?"); the closest passage is about something else. In bench.answers' four seen
-        # sets, 9 such replies were followed by a passage: 6 to questions nothing covers, 2 it answered.
+        # ("an app for Apple Watch?"); the closest passage is about something else, unless one of its sentences is
+        # about what was asked ("can i lock the app with face id?" and the line that says how).
         passage, reason = None, f"{reason}; a yes no source gives"
     outcome = CUT if model_text else STAFF_TEXT if passage else HANDED_OFF
     return Shown(model_text, offer(passage, handoff_message, cut=bool(model_text)), outcome, reason)

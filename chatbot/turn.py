@@ -11,7 +11,7 @@ from decoding import Engine, StepConfig
 from .figures import sum_figures
 from .grounding import article_of_match, choose_grounding
 from .grounds import ArticlePick, Grounds, first_of_each
-from .passages import Passage, article_units, best_passage
+from .passages import CLOSE_LINE, Passage, article_units, best_passage
 from .prompt import (
     ApprovedAnswer,
     Message,
@@ -47,10 +47,6 @@ ARTICLE_SENTENCE_CLOSE = 0.45
 # bench.answers no answer that was right had its closest sentence below 0.40 ("a gift for my mum?" beside the
 # student discount: 0.31; "a password on a folder in my own drive" beside link passwords: 0.37).
 ANSWER_SENTENCE_CLOSE = 0.40
-# How close in meaning one sentence of an article must be to a question nothing else grounds for that article to be
-# tried (`article_by_sentence`). Of the single-message eval questions nothing grounded, 0.60 found the right article
-# for 39 answerable ones, a neighbour's for 4, and one for 5 that nothing answers (0.55: 45, 14 and 7).
-SENTENCE_FOUND = 0.60
 # How much closer in meaning to the question a sentence of an approved answer's article outside the answer must be
 # than the answer's own for it not to ground: 2 of 9 grounded neighbours on bench.answers' tuning part, no right lost.
 BEYOND_MARGIN = 0.15
@@ -237,10 +233,10 @@ class TurnPlanner:
         return Grounds(article, choice, asked, (*article_rejects, *answer_rejects))
 
     def article_by_sentence(self, asked: str) -> tuple[ArticlePick | None, list[str]]:
-        """For a question nothing else grounds: the article holding a sentence SENTENCE_FOUND close to it, when that
+        """For a question nothing else grounds: the article holding a sentence CLOSE_LINE close to it, when that
         article passes the source checks as if retrieval had found it that close; and why not, if it does not."""
         found = self.words.article_by_sentence(asked)
-        if found is None or found[1] < SENTENCE_FOUND:
+        if found is None or found[1] < CLOSE_LINE:
             return None, []
         record, closeness = found
         pick = ArticlePick(record.id, article_in_prompt(record.title, record.body), closeness)
@@ -317,7 +313,10 @@ class TurnPlanner:
         if question != grounds.asked:
             closeness = [(a + b) / 2 for a, b in zip(closeness, self.cache.similarities(question, units), strict=True)]
         text = best_passage(units, closeness, question)
-        return Passage(f"article:{article.id}", article.title, text) if text else None
+        if not text:
+            return None
+        closest = max(self.cache.similarities(question, text_sentences(text)), default=0.0)
+        return Passage(f"article:{article.id}", article.title, text, closeness=closest)
 
     def references(self, question: str, grounding: list[Hit]) -> list[Hit]:
         """The accepted approved answers first, then the most similar past answers not among them."""

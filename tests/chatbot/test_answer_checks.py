@@ -7,7 +7,7 @@ import json
 import pytest
 
 from cache.records import HANDED_OFF, STAFF_TEXT
-from chatbot.passages import Passage, article_units, best_passage, priced_passage
+from chatbot.passages import CLOSE_LINE, Passage, article_units, best_passage, priced_passage
 from chatbot.questions import (
     ACTS_ON_ACCOUNT,
     CHANGES_INSTRUCTIONS,
@@ -559,6 +559,20 @@ def test_a_reply_that_opens_with_a_yes_no_source_gives_is_handed_off_not_given_a
         shown = shown_after_check(reply, check, passage, "Please contact our support team.")
         assert check.cut and shown.outcome == outcome and shown.model_text == ""
         assert ("a yes no source gives" in shown.reason) == (outcome == HANDED_OFF)
+
+
+def test_a_reply_that_opens_with_a_yes_no_source_gives_gets_a_passage_about_what_was_asked():
+    line = ("To protect the app with a passcode or Face ID, open the Account tab and choose Settings > Passcode and "
+            "Face ID.")
+    sources = Sources([ARTICLES["mobile-app"]])
+    reply = "Yes, you can lock the app with Face ID. "
+    for closeness, outcome in ((CLOSE_LINE, STAFF_TEXT), (CLOSE_LINE - 0.01, HANDED_OFF)):
+        passage = Passage("article:mobile-app", "Get the Nimbus Drive mobile app", line, closeness=closeness)
+        check = ReplyCheck(sources, 0.6)
+        check.feed(reply, final=True)
+        shown = shown_after_check(reply, check, passage, "Please contact our support team.")
+        assert check.cut and shown.outcome == outcome and shown.model_text == ""
+        assert (line in shown.staff_text) == (outcome == STAFF_TEXT)
 
 
 def test_the_passage_for_a_sum_holds_its_figures():

@@ -9,8 +9,8 @@ import pytest
 from cache.records import ANSWERED, CUT, DECLINED, HANDED_OFF, OUTCOMES, STAFF_TEXT
 from chatbot import ChatService, ChatSettings
 from chatbot.figures import sum_figures
+from chatbot.passages import CLOSE_LINE
 from chatbot.shown import DECLINE_MESSAGES
-from chatbot.turn import SENTENCE_FOUND
 from data import DATA_DIR
 from decoding import Engine
 from tests.chatbot.test_service import CPU_CURVE, MODEL_ID
@@ -101,7 +101,7 @@ def test_a_question_about_one_line_of_a_long_article_is_grounded_on_that_article
     # The mobile app's article is mostly about installing and using the app; one of its lines answers this.
     asked = "can i protect the nimbus app with face id or a passcode?"
     record, closeness = service.planner.words.article_by_sentence(asked)
-    assert record.id == "mobile-app" and closeness >= SENTENCE_FOUND
+    assert record.id == "mobile-app" and closeness >= CLOSE_LINE
     pick, rejected = service.planner.article_by_sentence(asked)
     assert pick.id == "mobile-app" and pick.score == closeness and not rejected
     # No line of the help centre is that close to a question it does not answer.
