@@ -3,6 +3,7 @@
 from dataclasses import dataclass
 
 from .grounding import GroundingChoice
+from .prompt import article_in_prompt
 
 
 @dataclass(frozen=True)
@@ -12,6 +13,11 @@ class ArticlePick:
     id: str
     text: str  # "Title\n\nbody"
     score: float  # the question's cosine to the article, or to the approved answer it was taken from
+
+    @classmethod
+    def of(cls, article_id: str, title: str, body: str, score: float) -> "ArticlePick":
+        """An article as the prompt holds it, found with `score`."""
+        return cls(article_id, article_in_prompt(title, body), score)
 
     @property
     def title(self) -> str:

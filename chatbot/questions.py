@@ -2,6 +2,7 @@
 follow-up, and the help centre's words it is measured against."""
 
 import re
+from dataclasses import dataclass
 
 from cache import AnswerCache
 from cache.records import ArticleRecord
@@ -181,6 +182,14 @@ def may_lean_back(message: str) -> bool:
 RARE_DOCUMENTS = 2
 
 
+@dataclass(frozen=True)
+class ClosestLine:
+    """The help-centre sentence closest in meaning to a question: its article and its cosine to the question."""
+
+    article: ArticleRecord
+    closeness: float
+
+
 class HelpCentreWords:
     """The help centre's vocabulary (articles and approved answers), read again only after the cache changed."""
 
@@ -192,11 +201,11 @@ class HelpCentreWords:
         self._sentences: list[tuple[ArticleRecord, str]] = []  # each sentence of every article's body, with it
 
     def warm(self) -> None:
-        """Embed every article's sentences ahead of the first question `article_by_sentence` reads them for (the
-        shipped help centre's take seconds with all-mpnet-base-v2), not while a customer waits."""
+        """Embed every article's sentences ahead of the first question `article_by_sentence` reads them for
+        (seconds for the shipped help centre with all-mpnet-base-v2), not while a customer waits."""
         self.article_by_sentence("warm-up")
 
-    def article_by_sentence(self, question: str) -> tuple[ArticleRecord, float] | None:
+    def article_by_sentence(self, question: str) -> ClosestLine | None:
         """The article that holds the sentence closest in meaning to the question, with that cosine: a long article's
         vector stands for its main topics, and a question about one line of it ("can i put face id on the app?" and
         the mobile app's article) is found by the line. None when the help centre has no article."""
@@ -206,7 +215,7 @@ class HelpCentreWords:
             return None
         closeness = self.cache.similarities(question, [sentence for _, sentence in held])
         best = max(range(len(held)), key=closeness.__getitem__)
-        return held[best][0], closeness[best]
+        return ClosestLine(held[best][0], closeness[best])
 
     def article_by_rare_words(self, question: str) -> ArticleRecord | None:
         """The article that uses the most of the question's rare words (at most RARE_DOCUMENTS articles or approved

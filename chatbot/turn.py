@@ -17,7 +17,6 @@ from .prompt import (
     Message,
     Prompt,
     answer_places,
-    article_in_prompt,
     build_prompt,
     context_key,
     parse_history,
@@ -235,12 +234,12 @@ class TurnPlanner:
     def article_by_sentence(self, asked: str) -> tuple[ArticlePick | None, list[str]]:
         """For a question nothing else grounds: the article holding a sentence CLOSE_LINE close to it, when that
         article passes the source checks as if retrieval had found it that close; and why not, if it does not."""
-        found = self.words.article_by_sentence(asked)
-        if found is None or found[1] < CLOSE_LINE:
+        line = self.words.article_by_sentence(asked)
+        if line is None or line.closeness < CLOSE_LINE:
             return None, []
-        record, closeness = found
-        pick = ArticlePick(record.id, article_in_prompt(record.title, record.body), closeness)
-        verdict = check_source(asked, pick.text, self.words.vocabulary(), self.settings.coverage_needed, closeness)
+        record = line.article
+        pick = ArticlePick.of(record.id, record.title, record.body, line.closeness)
+        verdict = check_source(asked, pick.text, self.words.vocabulary(), self.settings.coverage_needed, pick.score)
         if verdict.answers:
             return pick, []
         return None, [f"article {record.id!r} (by its closest line) {verdict.reason}"]
@@ -362,7 +361,7 @@ class TurnPlanner:
         article = self.cache.get_article(article_id)  # None once staff deleted it
         if article is None:
             return found
-        return ArticlePick(article.id, article_in_prompt(article.title, article.body), matches[0].score)
+        return ArticlePick.of(article.id, article.title, article.body, matches[0].score)
 
     def find_article(self, question: str) -> ArticlePick | None:
         """The article closest to the question by its own vector, if it clears `article_threshold`; else the one
@@ -372,6 +371,6 @@ class TurnPlanner:
         hit = self.cache.best_article(question, threshold=self.settings.article_threshold)
         if hit is None:
             article = self.words.article_by_rare_words(question)
-            return ArticlePick(article.id, article_in_prompt(article.title, article.body), 0.0) if article else None
-        return ArticlePick(hit.id, article_in_prompt(hit.title, hit.body), hit.score)
+            return ArticlePick.of(article.id, article.title, article.body, 0.0) if article else None
+        return ArticlePick.of(hit.id, hit.title, hit.body, hit.score)
 

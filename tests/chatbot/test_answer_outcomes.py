@@ -100,10 +100,10 @@ def test_an_article_no_vector_finds_is_found_by_the_question_s_rare_words(servic
 def test_a_question_about_one_line_of_a_long_article_is_grounded_on_that_article(service):
     # The mobile app's article is mostly about installing and using the app; one of its lines answers this.
     asked = "can i protect the nimbus app with face id or a passcode?"
-    record, closeness = service.planner.words.article_by_sentence(asked)
-    assert record.id == "mobile-app" and closeness >= CLOSE_LINE
+    line = service.planner.words.article_by_sentence(asked)
+    assert line.article.id == "mobile-app" and line.closeness >= CLOSE_LINE
     pick, rejected = service.planner.article_by_sentence(asked)
-    assert pick.id == "mobile-app" and pick.score == closeness and not rejected
+    assert pick.id == "mobile-app" and pick.score == line.closeness and not rejected
     # No line of the help centre is that close to a question it does not answer.
     assert service.planner.article_by_sentence("what will the weather be like in paris tomorrow?") == (None, [])
 
