@@ -26,15 +26,18 @@ PLATFORMS = ("smart tv", "apple tv", "android tv", "fire tv", "fire stick", "fir
              "xbox", "playstation", "nintendo", "kindle", "apple watch", "smartwatch", "wear os", "chromebook",
              "chrome os", "chromeos", "blackberry", "windows phone", "carplay", "android auto")
 # An offering the question asks for by a word the help centre never uses ("is there a family plan", "do you have a
-# lifetime deal"): Nimbus has no such thing, and the nearest answer (the plans list) would read as yes. Words that
+# lifetime deal", "is there a dark mode", "a chrome extension"): Nimbus has no such thing, and the nearest answer
+# (the plans list, the app's install steps) would read as yes. Words that
 # say which plan or how it is billed rather than name one are not names.
 _OFFERING = re.compile(r" (?:is there|are there|do (?:you|u|ya)(?: guys)?|does nimbus(?: drive)?|(?:can|could) i get|"
-                       r"you (?:offer|have|sell)) (?:[a-z]+ ){0,2}?(?:a|an|any) ([a-z]+) "
-                       r"((?:plan|deal|bundle|package|tier|membership)s?) ")
+                       r"you (?:offer|have|sell)) (?:[a-z]+ ){0,2}?(?:a|an|any) ((?:[a-z]+ )?[a-z]+) "
+                       r"((?:plan|deal|bundle|package|tier|membership|version|edition|app|client|tool|option|"
+                       r"feature|mode|plugin|extension)s?) ")
 _CLAUSE_BREAK = re.compile(r"[?!,;:\n]|\.(?:\s|$)")  # "what do you offer? i have a tiny plan": two asks
 _NOT_NAMES = frozenset("yearly annual monthly paid free current cheap cheaper cheapest bigger biggest larger largest "
                        "smaller smallest higher highest lower lowest better best whole new old next top same other "
-                       "different right storage data".split())
+                       "different right storage data actual real official proper native dedicated separate "
+                       "standalone full".split())
 
 # Opposite actions, each side a set of phrases. A question doing one side is not answered by a source whose
 # question does the other, nor by an article that never says its side.
@@ -244,10 +247,10 @@ def unknown_product(question: str, vocabulary: Vocabulary) -> str:
         if f" {name} " in asked and not vocabulary.mentions(name):
             return name
     for clause in _CLAUSE_BREAK.split(question):
-        for word, kind in (found.groups() for found in _OFFERING.finditer(_padded(clause))):
-            named = word not in STOPWORDS and word not in _NOT_NAMES
-            if named and not any(map(vocabulary.known, vocabulary.terms(word))):
-                return f"{word} {kind}"
+        for name, kind in (found.groups() for found in _OFFERING.finditer(_padded(clause))):
+            named = [word for word in name.split() if word not in STOPWORDS and word not in _NOT_NAMES]
+            if any(not any(map(vocabulary.known, vocabulary.terms(word))) for word in named):
+                return f"{name} {kind}"
     return ""
 
 
