@@ -33,11 +33,11 @@ from .questions import (
     reads_as_follow_up,
     without_hand_offs,
 )
-from .relevance import check_source
+from .relevance import ASKED_TERMS, check_source
 from .settings import GROUNDING_REVIEWS, ChatSettings
 from .shown import DEPARTED_NOTICE, FOLLOWED_ENOUGH, NOTHING_COVERS, UNCHECKED_NOTICE
 from .support import text_sentences
-from .terms import spelled_out
+from .terms import DIRECTION_WORDS, spelled_out
 
 # How close in meaning (cosine) an article's closest sentence must be to the question for it to answer alone: on
 # bench.answers' tuning part every one that did had 0.46 or more; "holiday photos to my grandma" (file requests) 0.36.
@@ -189,7 +189,7 @@ class TurnPlanner:
         grounds = self.grounds_for(question)
         if previous and changes_subject(question):
             return replace(grounds, new_topic=True)
-        if not previous or (grounds.covered and not reads_as_follow_up(question)):
+        if not previous or (grounds.covered and not reads_as_follow_up(question) and self.says_enough(question)):
             return grounds
         joined = self.grounds_for(f"{previous[-1]}\n{question}")
         if not grounds.covered and not may_lean_back(question) and joined.covered and self.off_topic(question, joined):
@@ -200,6 +200,13 @@ class TurnPlanner:
         if joined.covered and not (grounds.covered and grounds.closeness > joined.closeness):
             return joined
         return grounds if grounds.covered else replace(grounds, rejected=grounds.rejected + joined.rejected)
+
+    def says_enough(self, question: str) -> bool:
+        """Whether the message names ASKED_TERMS things the help centre knows, enough for a source it alone found to
+        be about it: "we're on team. can i just call someone?" knows "team" alone, and the invite steps cover it."""
+        vocabulary = self.words.vocabulary()
+        known = [term for term in vocabulary.terms(question) if vocabulary.weight(term) and term not in DIRECTION_WORDS]
+        return len(known) >= ASKED_TERMS
 
     def off_topic(self, question: str, joined: Grounds) -> bool:
         """Whether a message that reads alone is about something else than the sources the conversation found:

@@ -138,6 +138,15 @@ def test_a_new_question_nothing_covers_is_not_answered_from_the_question_before(
     assert not dark_mode.history and dark_mode.uncovered
 
 
+def test_a_message_that_names_too_little_is_not_read_alone(service):
+    """A message whose own known words are one ("team") is covered alone by any answer that says it: after "talk to
+    a real person", "can i just call someone?" is retrieved joined to the conversation, not as the invite steps
+    (find_grounds reads such a message alone only when it says enough)."""
+    assert not service.planner.says_enough("we're on team. can i just call someone? doing a big migration this weekend")
+    assert service.planner.says_enough("how do i share a folder with my team?")
+    assert service.planner.says_enough("turn off two-factor on my account")  # "off" is a direction, two known words
+
+
 def test_a_follow_up_s_passage_is_close_to_the_follow_up_not_only_to_the_question_before(service):
     """Cut with no approved answer, a follow-up is offered the sentences of the conversation's article closest to
     the conversation and to the follow-up alike: the refund of the remaining days, not the cancelling again."""
