@@ -8,7 +8,17 @@ from .passages import Passage, article_units, list_label, names_a_priced_item, p
 from .prompt import article_in_prompt
 from .questions import reads_as_follow_up
 from .relevance import unknown_product
-from .sums import names_a_discount, priced_line, qualified_alike, users_asked, word_set, worked_sum
+from .sums import (
+    add_on_line,
+    add_on_sum,
+    asks_for_add_on,
+    names_a_discount,
+    priced_line,
+    qualified_alike,
+    users_asked,
+    word_set,
+    worked_sum,
+)
 from .terms import Vocabulary, spelled_out
 
 
@@ -17,8 +27,10 @@ def sum_figures(question: str, asked: str, article_id: str | None, cache: Answer
     """The figures for `question` (retrieved as `asked`) and the sum worked from them: from the article its checks
     kept (`article_id`), else from the price list of the plan it names; None when neither states them. A question
     that names a discount the figures found do not state is worked from the help centre's one line that does."""
-    figures = _figures(question, asked, article_id, cache, vocabulary)
     articles = cache.list_articles()
+    if asks_for_add_on(question) and (added := add_on_figures(question, articles)):
+        return added
+    figures = _figures(question, asked, article_id, cache, vocabulary)
     plans = frozenset(label.lower() for a in articles for unit in article_units(a.body) if (label := list_label(unit)))
     worked = worked_sum(question, figures.text, plans) if figures else ""
     if figures and not worked and retrieved_alone(question, asked):
@@ -30,6 +42,27 @@ def sum_figures(question: str, asked: str, article_id: str | None, cache: Answer
     if not worked and names_a_discount(question):
         return discounted_figures(question, articles, plans) or figures
     return Passage(figures.source, figures.title, figures.text, worked) if figures else None
+
+
+def add_on_figures(question: str, articles: list) -> Passage | None:
+    """The price line of the plan the question names and the help centre's one line that prices a storage add-on
+    for it, quoted together, with the month's sum worked from them (chatbot/sums.py add_on_sum); None unless exactly
+    one of each. The plan's line alone, what the price list gave before, left the customer without the add-on."""
+    named = word_set(question)
+    add_ons = [(article, unit) for article in articles for unit in article_units(article.body)
+               if (line := add_on_line(unit)) and line[0].lower() in named]
+    if len(add_ons) != 1:
+        return None
+    add_on_article, add_on_unit = add_ons[0]
+    plan = add_on_line(add_on_unit)[0].lower()
+    priced = [(article, unit) for article in articles for unit in article_units(article.body)
+              if list_label(unit).lower() == plan and priced_line(unit).prices]
+    if len(priced) != 1:
+        return None
+    plan_article, plan_unit = priced[0]
+    return Passage(f"article:{plan_article.id}", plan_article.title, f"{plan_unit}\n{add_on_unit}",
+                   add_on_sum(question, plan_unit, add_on_unit),
+                   also=add_on_article.title if add_on_article.id != plan_article.id else "")
 
 
 def retrieved_alone(question: str, asked: str) -> bool:

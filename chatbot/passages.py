@@ -31,6 +31,7 @@ class Passage:
     text: str
     worked: str = ""  # a sum worked from the text's figures (chatbot/sums.py), shown before it
     closeness: float = 0.0  # an article passage's: the question's cosine to its closest sentence
+    also: str = ""  # the title of a second article a line of `text` is quoted from (a plan and its add-on)
 
     @property
     def close(self) -> bool:

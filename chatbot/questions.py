@@ -8,7 +8,7 @@ from cache import AnswerCache
 from cache.records import ArticleRecord
 
 from .prompt import InputError, Message, clean_text
-from .sums import asks_a_count
+from .sums import asks_a_count, asks_for_add_on
 from .support import text_sentences
 from .terms import Vocabulary, stems
 
@@ -104,8 +104,8 @@ _COMPARE = re.compile(r"\b(?:difference|compared?|versus|vs\.?|instead of|rather
 _SAVING = re.compile(r"\b(?:sav(?:e|es|ing)|cheaper)\b.*\b(?:annual|annually|yearly|monthly)\b"
                      r"|\b(?:annual|annually|yearly|monthly)\b.*\b(?:sav(?:e|es|ing)|cheaper)\b", re.I | re.S)
 # ... and asks for an amount: "I was charged $8, I want the difference refunded" is a complaint for staff.
-_ASKS_AMOUNT = re.compile(r"\?|\b(?:how much|total|what(?:'s| is| would| will| does| do)|whats|costs?|cheaper|"
-                          r"sav(?:e|es|ing|ings)|price (?:for|of)|pay (?:for|per|each|a|in))\b", re.I)
+_ASKS_AMOUNT = re.compile(r"\?|\b(?:how much|total|what(?:'s| is| would| will| does| do| am i| are we)|whats|costs?|"
+                          r"cheaper|sav(?:e|es|ing|ings)|price (?:for|of)|pay (?:for|per|each|a|in))\b", re.I)
 # A question about the customer's own records, which only staff can look up or change: an invoice, order or
 # ticket number, or "which e-mail did I use", "check my account". The help centre answers how things work, never
 # what one account holds, and the nearest how-to is not an answer to it.
@@ -157,7 +157,7 @@ def needs_sum(question: str) -> bool:
     if not _PRICE.search(question) or not _ASKS_AMOUNT.search(question):
         return False
     return bool(asks_a_count(question) or _COMPARE.search(question)
-                or _ADDED.search(question) or _SAVING.search(question))
+                or _ADDED.search(question) or _SAVING.search(question) or asks_for_add_on(question))
 
 
 def reads_as_follow_up(message: str) -> bool:

@@ -36,6 +36,10 @@ _UNSETTLED = re.compile(r"\b(?:coupon|promo\w*|tax|vat|gst|ios|android|iphone|ap
                         r"credit\w*|add|adding|added|add-?on|extra|trial|back|more|fewer|less|drop\w*|remov\w*|"
                         r"leav\w*|half|quarter|each(?!\s+(?:month|year))|dozen)\b|[£€]"
                         r"|\d\.\d+\s*(?:years?|months?)\b", re.I)
+# ... and what an add-on's sum cannot take: a discount, another currency, tax, several add-ons.
+_UNSETTLED_ADD_ON = re.compile(r"\b(?:coupon|promo\w*|tax|vat|gst|ios|android|iphone|app ?store|google play|euros?|"
+                               r"eur|gbp|pounds?|discount\w*|students?|nonprofit|two add-?ons|[3-9]\s?tb|"
+                               r"[2-9] (?:more|extra) (?:tb|terabytes))\b|[£€]", re.I)
 # A discount the question names without saying whose: the plans' lines do not settle it.
 _SOME_DISCOUNT = re.compile(r"\b(?:discount\w*|deal|offer)\b|% off|percent off", re.I)
 # Who a discounted price is for, as a question says it and as the line that states the price says it. A question
@@ -51,6 +55,15 @@ _PRICE = re.compile(r"\$(\d[\d,]*(?:\.\d+)?) per (?:(user|person) per )?(month|y
 _SIZES = (re.compile(r"\b(\d+(?:\.\d+)?) (TB|GB) of (?:pooled )?storage per user\b"),
           re.compile(r"\beach (?:member|user) gets (\d+(?:\.\d+)?) (TB|GB)\b", re.I))
 _MINIMUM = re.compile(r"\bminimum (?:of )?(\d+) users\b")
+# Storage bought on top of a plan, as a line states it ("Personal users can add a 1 TB storage add-on for $5 per
+# month") and as a question asks for it ("if i add the extra storage", "i need about 2tb, what would that cost").
+_ADD_ON = re.compile(r"\b([A-Z]\w+) users can add an? (\d+(?:\.\d+)?) (TB|GB) storage add-on for "
+                     r"\$(\d+(?:\.\d+)?) per month\b")
+_ASKS_ADD_ON = re.compile(r"\b(?:add-?on|extra|more|additional|add|adding|buy)\b.{0,30}\b(?:storage|space|room|"
+                          r"(?:\d+(?:\.\d+)?\s?)?(?:tb|terabytes?))\b"
+                          r"|\b(?:need|want|get)\b.{0,25}\b\d+(?:\.\d+)?\s?(?:tb|terabytes?)\b", re.I | re.S)
+_BEFORE_TAX = re.compile(r"\b(?:before|excluding|without|not including|pre-?)\s?(?:sales )?(?:tax|vat)\b", re.I)
+_PLAN_SIZE = re.compile(r"\b(\d+(?:\.\d+)?) (TB|GB) of storage\b")
 
 
 @dataclass(frozen=True)
@@ -93,6 +106,35 @@ def worked_sum(question: str, passage: str, plans: frozenset[str] = frozenset())
         # With a discount named, a saving may be against the full price, not the monthly one: not worked.
         return "" if names_a_discount(question) else _saving_sum(line, users)
     return _cost_sum(line, users, months, years, _asked_period(question, months, years))
+
+
+def asks_for_add_on(question: str) -> bool:
+    """Whether the question asks for storage on top of its plan ("if i add the extra terabyte thing")."""
+    return bool(_ASKS_ADD_ON.search(question))
+
+
+def add_on_line(unit: str) -> tuple[str, float, str, float] | None:
+    """(the plan, the size, its unit, the monthly price) of a line that prices a storage add-on, or None."""
+    found = _ADD_ON.search(unit)
+    return (found.group(1), _amount(found.group(2)), found.group(3), _amount(found.group(4))) if found else None
+
+
+def add_on_sum(question: str, plan_unit: str, add_on_unit: str) -> str:
+    """A month of the plan and its storage add-on, and the storage they hold together, from the plan's line ("2.
+    Personal: $8 per month ... 1 TB of storage") and the add-on's; "" unless the question asks per month (or says
+    no period), counts no users, and both lines state a size in the same unit."""
+    added, line = add_on_line(add_on_unit), priced_line(plan_unit)
+    monthly = [rate for rate in line.prices if rate.period == "month" and not rate.per_user]
+    size = _PLAN_SIZE.search(plan_unit)
+    unsettled = _UNSETTLED_ADD_ON.search(_BEFORE_TAX.sub("", question))
+    if (added is None or len(monthly) != 1 or size is None or size.group(2) != added[2] or users_asked(question)
+            or unsettled or _asked_period(question, 0, 0) not in ("", "month")):
+        return ""
+    plan, extra, unit, price = added
+    own = _amount(size.group(1))
+    return (f"{plan}: {_money(monthly[0].amount)} per month + the {_number(extra)} {unit} storage add-on at "
+            f"{_money(price)} per month = {_money(monthly[0].amount + price)} per month, for {_number(own)} {unit} + "
+            f"{_number(extra)} {unit} = {_number(own + extra)} {unit} of storage.")
 
 
 def users_asked(question: str) -> int:

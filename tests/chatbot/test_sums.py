@@ -92,3 +92,29 @@ def test_a_line_is_worked_only_for_the_plan_it_names():
     team_article = "\n".join(u for u in article_units(ARTICLES["team-setup-invite"]) if "Each member gets" in u)
     assert "8 TB" in worked_sum("4 of us on team, how much storage in total", team_article, PLANS)
     assert worked_sum("How much storage do 10 users get on Enterprise?", team_article, PLANS) == ""
+
+
+def test_a_plan_and_its_storage_add_on_are_worked_together_from_both_lines():
+    """A question about storage on top of Personal gets Personal's price line and the add-on's line, quoted together,
+    and the month summed from them; the price list's line alone left out the add-on."""
+    from types import SimpleNamespace
+
+    from chatbot.figures import add_on_figures
+    from chatbot.shown import offer
+
+    articles = [SimpleNamespace(id=key, title=text.split("\n", 1)[0], body=text.split("\n", 1)[1])
+                for key, text in ARTICLES.items()]
+    asked = "im on personal and just hit my 1tb. if i add the extra storage thing what am i paying per month total"
+    assert needs_sum(asked) and needs_sum("I'm on Personal and 1 TB isn't enough, I need 2 TB. what's my monthly bill?")
+    figures = add_on_figures(asked, articles)
+    assert figures.worked == ("Personal: $8 per month + the 1 TB storage add-on at $5 per month = $13 per month, for "
+                              "1 TB + 1 TB = 2 TB of storage.")
+    assert "$8 per month" in figures.text and "add-on for $5 per month" in figures.text  # every operand quoted
+    shown = offer(figures, "", cut=False)
+    assert "help articles" in shown and figures.also in shown and figures.title in shown
+    assert add_on_figures("if i add the extra storage thing what will my monthly bill be, before tax?", articles) is None
+    for unsettled in ("on personal, if i add extra storage what do i pay a year?", "on personal, need 4 tb, how much?",
+                      "on personal, 3 of us, if we add extra storage what's the monthly total?"):
+        figures = add_on_figures(unsettled, articles)
+        assert figures.worked == "" and "add-on for $5 per month" in figures.text, unsettled  # the figures alone
+    assert add_on_figures("we're on team, if we add extra storage how much a month?", articles) is None  # Personal's
