@@ -50,11 +50,11 @@ def add_on_figures(question: str, articles: list) -> Passage | None:
     one of each. The plan's line alone, what the price list gave before, left the customer without the add-on."""
     named = word_set(question)
     add_ons = [(article, unit) for article in articles for unit in article_units(article.body)
-               if (line := add_on_line(unit)) and line[0].lower() in named]
+               if (line := add_on_line(unit)) and line.plan.lower() in named]
     if len(add_ons) != 1:
         return None
     add_on_article, add_on_unit = add_ons[0]
-    plan = add_on_line(add_on_unit)[0].lower()
+    plan = add_on_line(add_on_unit).plan.lower()
     priced = [(article, unit) for article in articles for unit in article_units(article.body)
               if list_label(unit).lower() == plan and priced_line(unit).prices]
     if len(priced) != 1:

@@ -113,10 +113,20 @@ def asks_for_add_on(question: str) -> bool:
     return bool(_ASKS_ADD_ON.search(question))
 
 
-def add_on_line(unit: str) -> tuple[str, float, str, float] | None:
-    """(the plan, the size, its unit, the monthly price) of a line that prices a storage add-on, or None."""
+@dataclass(frozen=True)
+class AddOn:
+    """A storage add-on as a line prices it: "Personal users can add a 1 TB storage add-on for $5 per month"."""
+
+    plan: str
+    size: float
+    unit: str  # "TB" or "GB"
+    monthly: float
+
+
+def add_on_line(unit: str) -> AddOn | None:
+    """The storage add-on a line prices, or None."""
     found = _ADD_ON.search(unit)
-    return (found.group(1), _amount(found.group(2)), found.group(3), _amount(found.group(4))) if found else None
+    return AddOn(found.group(1), _amount(found.group(2)), found.group(3), _amount(found.group(4))) if found else None
 
 
 def add_on_sum(question: str, plan_unit: str, add_on_unit: str) -> str:
@@ -127,14 +137,13 @@ def add_on_sum(question: str, plan_unit: str, add_on_unit: str) -> str:
     monthly = [rate for rate in line.prices if rate.period == "month" and not rate.per_user]
     size = _PLAN_SIZE.search(plan_unit)
     unsettled = _UNSETTLED_ADD_ON.search(_BEFORE_TAX.sub("", question))
-    if (added is None or len(monthly) != 1 or size is None or size.group(2) != added[2] or users_asked(question)
+    if (added is None or len(monthly) != 1 or size is None or size.group(2) != added.unit or users_asked(question)
             or unsettled or _asked_period(question, 0, 0) not in ("", "month")):
         return ""
-    plan, extra, unit, price = added
-    own = _amount(size.group(1))
-    return (f"{plan}: {_money(monthly[0].amount)} per month + the {_number(extra)} {unit} storage add-on at "
-            f"{_money(price)} per month = {_money(monthly[0].amount + price)} per month, for {_number(own)} {unit} + "
-            f"{_number(extra)} {unit} = {_number(own + extra)} {unit} of storage.")
+    own, unit, plan_price = _amount(size.group(1)), added.unit, monthly[0].amount
+    return (f"{added.plan}: {_money(plan_price)} per month + the {_number(added.size)} {unit} storage add-on at "
+            f"{_money(added.monthly)} per month = {_money(plan_price + added.monthly)} per month, for {_number(own)} "
+            f"{unit} + {_number(added.size)} {unit} = {_number(own + added.size)} {unit} of storage.")
 
 
 def users_asked(question: str) -> int:

@@ -112,7 +112,8 @@ def test_a_plan_and_its_storage_add_on_are_worked_together_from_both_lines():
     assert "$8 per month" in figures.text and "add-on for $5 per month" in figures.text  # every operand quoted
     shown = offer(figures, "", cut=False)
     assert "help articles" in shown and figures.also in shown and figures.title in shown
-    assert add_on_figures("if i add the extra storage thing what will my monthly bill be, before tax?", articles) is None
+    unnamed = "if i add the extra storage thing what will my monthly bill be, before tax?"  # no plan named
+    assert add_on_figures(unnamed, articles) is None
     for unsettled in ("on personal, if i add extra storage what do i pay a year?", "on personal, need 4 tb, how much?",
                       "on personal, 3 of us, if we add extra storage what's the monthly total?"):
         figures = add_on_figures(unsettled, articles)
