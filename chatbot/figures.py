@@ -49,19 +49,18 @@ def add_on_figures(question: str, articles: list) -> Passage | None:
     for it, quoted together, with the month's sum worked from them (chatbot/sums.py add_on_sum); None unless exactly
     one of each. The plan's line alone, what the price list gave before, left the customer without the add-on."""
     named = word_set(question)
-    add_ons = [(article, unit) for article in articles for unit in article_units(article.body)
-               if (line := add_on_line(unit)) and line.plan.lower() in named]
+    add_ons = [(article, unit, added) for article in articles for unit in article_units(article.body)
+               if (added := add_on_line(unit)) and added.plan.lower() in named]
     if len(add_ons) != 1:
         return None
-    add_on_article, add_on_unit = add_ons[0]
-    plan = add_on_line(add_on_unit).plan.lower()
+    add_on_article, add_on_unit, added = add_ons[0]
     priced = [(article, unit) for article in articles for unit in article_units(article.body)
-              if list_label(unit).lower() == plan and priced_line(unit).prices]
+              if list_label(unit).lower() == added.plan.lower() and priced_line(unit).prices]
     if len(priced) != 1:
         return None
     plan_article, plan_unit = priced[0]
     return Passage(f"article:{plan_article.id}", plan_article.title, f"{plan_unit}\n{add_on_unit}",
-                   add_on_sum(question, plan_unit, add_on_unit),
+                   add_on_sum(question, plan_unit, added),
                    also=add_on_article.title if add_on_article.id != plan_article.id else "")
 
 

@@ -194,11 +194,15 @@ def question_coverage(question: str, source: str, vocabulary: Vocabulary) -> tup
     asking = asking_sentences(question)
     if not asking or asking == question.strip() or leans_on_context(asking):
         return coverage, missing
-    known = [term for term in vocabulary.terms(asking) if vocabulary.weight(term) and term not in DIRECTION_WORDS]
-    if len(known) < ASKED_TERMS:
+    if len(known_terms(asking, vocabulary)) < ASKED_TERMS:
         return coverage, missing
     asked_coverage, asked_missing = term_coverage(asking, source, vocabulary, vocabulary.weight_of_rarest())
     return (asked_coverage, asked_missing) if asked_coverage > coverage else (coverage, missing)
+
+
+def known_terms(text: str, vocabulary: Vocabulary) -> list[str]:
+    """The text's terms the help centre uses, direction words aside: what it names that a source can be about."""
+    return [term for term in vocabulary.terms(text) if vocabulary.weight(term) and term not in DIRECTION_WORDS]
 
 
 def asking_sentences(message: str) -> str:

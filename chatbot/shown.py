@@ -79,13 +79,10 @@ def offer(passage: Passage | None, handoff_message: str, cut: bool) -> str:
         return handoff_message
     lead = "I can't confirm more than that. " if cut else ""
     quoted = "\n".join(f"> {line}" for line in passage.text.splitlines())
-    if passage.worked and passage.also:
-        return (f"{lead}Worked out from our help articles \u201c{passage.title}\u201d and \u201c{passage.also}\u201d: "
-                f"{passage.worked}\n\n{quoted}")
+    articles = (f"help articles \u201c{passage.title}\u201d and \u201c{passage.also}\u201d" if passage.also
+                else f"help article \u201c{passage.title}\u201d")
     if passage.worked:
-        return f"{lead}Worked out from our help article \u201c{passage.title}\u201d: {passage.worked}\n\n{quoted}"
-    if passage.also:
-        return f"{lead}From our help articles \u201c{passage.title}\u201d and \u201c{passage.also}\u201d:\n\n{quoted}"
+        return f"{lead}Worked out from our {articles}: {passage.worked}\n\n{quoted}"
     if passage.source.startswith("answer:"):
         return f"{lead}Our support team's answer to \u201c{passage.title}\u201d:\n\n{quoted}"
-    return f"{lead}From our help article \u201c{passage.title}\u201d:\n\n{quoted}"
+    return f"{lead}From our {articles}:\n\n{quoted}"

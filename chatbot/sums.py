@@ -31,14 +31,14 @@ _STORAGE = re.compile(r"\b(?:storage|space|tb|gb|terabytes?|gigabytes?)\b", re.I
 _MONEY = re.compile(r"\$|\b(?:cost|costs|price|pay|paying|bill|spend|charged?|dollars|save|saving)\b", re.I)
 # What changes a price in ways a plan's figures do not state, or a count they cannot take ("adding 3 more", "half a
 # year", "2 companies with 5 users each"): the sum is left to the figures.
-_UNSETTLED = re.compile(r"\b(?:coupon|promo\w*|tax|vat|gst|ios|android|iphone|app ?store|google play|euros?|eur|"
-                        r"gbp|pounds?|cad|aud|usd|canadian|australian|currency|exchange|refund\w*|prorat\w*|"
+_OTHER_PRICE = r"coupon|promo\w*|tax|vat|gst|ios|android|iphone|app ?store|google play|euros?|eur|gbp|pounds?"
+_UNSETTLED = re.compile(rf"\b(?:{_OTHER_PRICE}|"
+                        r"cad|aud|usd|canadian|australian|currency|exchange|refund\w*|prorat\w*|"
                         r"credit\w*|add|adding|added|add-?on|extra|trial|back|more|fewer|less|drop\w*|remov\w*|"
                         r"leav\w*|half|quarter|each(?!\s+(?:month|year))|dozen)\b|[£€]"
                         r"|\d\.\d+\s*(?:years?|months?)\b", re.I)
 # ... and what an add-on's sum cannot take: a discount, another currency, tax, several add-ons.
-_UNSETTLED_ADD_ON = re.compile(r"\b(?:coupon|promo\w*|tax|vat|gst|ios|android|iphone|app ?store|google play|euros?|"
-                               r"eur|gbp|pounds?|discount\w*|students?|nonprofit|two add-?ons|[3-9]\s?tb|"
+_UNSETTLED_ADD_ON = re.compile(rf"\b(?:{_OTHER_PRICE}|discount\w*|students?|nonprofit|two add-?ons|[3-9]\s?tb|"
                                r"[2-9] (?:more|extra) (?:tb|terabytes))\b|[£€]", re.I)
 # A discount the question names without saying whose: the plans' lines do not settle it.
 _SOME_DISCOUNT = re.compile(r"\b(?:discount\w*|deal|offer)\b|% off|percent off", re.I)
@@ -129,15 +129,14 @@ def add_on_line(unit: str) -> AddOn | None:
     return AddOn(found.group(1), _amount(found.group(2)), found.group(3), _amount(found.group(4))) if found else None
 
 
-def add_on_sum(question: str, plan_unit: str, add_on_unit: str) -> str:
+def add_on_sum(question: str, plan_unit: str, added: AddOn) -> str:
     """A month of the plan and its storage add-on, and the storage they hold together, from the plan's line ("2.
     Personal: $8 per month ... 1 TB of storage") and the add-on's; "" unless the question asks per month (or says
     no period), counts no users, and both lines state a size in the same unit."""
-    added, line = add_on_line(add_on_unit), priced_line(plan_unit)
-    monthly = [rate for rate in line.prices if rate.period == "month" and not rate.per_user]
+    monthly = [rate for rate in priced_line(plan_unit).prices if rate.period == "month" and not rate.per_user]
     size = _PLAN_SIZE.search(plan_unit)
     unsettled = _UNSETTLED_ADD_ON.search(_BEFORE_TAX.sub("", question))
-    if (added is None or len(monthly) != 1 or size is None or size.group(2) != added.unit or users_asked(question)
+    if (len(monthly) != 1 or size is None or size.group(2) != added.unit or users_asked(question)
             or unsettled or _asked_period(question, 0, 0) not in ("", "month")):
         return ""
     own, unit, plan_price = _amount(size.group(1)), added.unit, monthly[0].amount

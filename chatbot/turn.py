@@ -33,11 +33,11 @@ from .questions import (
     reads_as_follow_up,
     without_hand_offs,
 )
-from .relevance import ASKED_TERMS, check_source
+from .relevance import ASKED_TERMS, check_source, known_terms
 from .settings import GROUNDING_REVIEWS, ChatSettings
 from .shown import DEPARTED_NOTICE, FOLLOWED_ENOUGH, NOTHING_COVERS, UNCHECKED_NOTICE
 from .support import text_sentences
-from .terms import DIRECTION_WORDS, spelled_out
+from .terms import spelled_out
 
 # How close in meaning (cosine) an article's closest sentence must be to the question for it to answer alone: on
 # bench.answers' tuning part every one that did had 0.46 or more; "holiday photos to my grandma" (file requests) 0.36.
@@ -204,9 +204,7 @@ class TurnPlanner:
     def says_enough(self, question: str) -> bool:
         """Whether the message names ASKED_TERMS things the help centre knows, enough for a source it alone found to
         be about it: "we're on team. can i just call someone?" knows "team" alone, and the invite steps cover it."""
-        vocabulary = self.words.vocabulary()
-        known = [term for term in vocabulary.terms(question) if vocabulary.weight(term) and term not in DIRECTION_WORDS]
-        return len(known) >= ASKED_TERMS
+        return len(known_terms(question, self.words.vocabulary())) >= ASKED_TERMS
 
     def off_topic(self, question: str, joined: Grounds) -> bool:
         """Whether a message that reads alone is about something else than the sources the conversation found:
