@@ -91,7 +91,7 @@ ACTS_ON_ACCOUNT = "asks the assistant to act on an account's sign-in or codes"
 # A sum: a price asked for a count of seats or months (chatbot/sums.py reads them), or two billing periods compared.
 # ... asked as an amount: "I pay by card for 25 seats" asks no sum, nor "saving every file by hand".
 _PRICE = re.compile(r"\b(?:cost|costs|price|prices|how much|total|spend|savings|cheaper|expensive|bill|"
-                    r"come to|comes to|altogether|all together|in total)\b", re.I)
+                    r"run (?:me|us)(?! through)|come to|comes to|altogether|all together|in total)\b", re.I)
 # ... or an add-on priced on top of a plan ("if I add the extra storage, what's my monthly total?").
 _ADDED = re.compile(r"\b(?:add|adding|added|add-on|extra|on top of|plus)\b.*"
                     r"\b(?:total|how much|costs?|come to|comes to|altogether|all together|"

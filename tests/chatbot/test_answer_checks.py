@@ -393,6 +393,8 @@ def test_declined_and_sums():
     assert needs_sum("im on personal monthly. if i add the extra terabyte thing what's my monthly bill going to be")
     assert needs_sum("thinking of team for our 6 person office, what would the bill be?")
     assert not needs_sum("how do I add my VAT number to the bill?")
+    assert needs_sum("i'm on personal, need like 2tb now. what's that gonna run me monthly")  # "run me": it costs
+    assert not needs_sum("can you run me through setting up 2fa for 3 users?")
     assert not needs_sum("any way to have attachments land in a folder instead of saving every one by hand?")
     assert needs_sum("how much do i save a year if i switch personal to annual")
     assert not needs_sum("how much space do i save if i empty the trash every month")
