@@ -55,7 +55,12 @@ _INJECTION = re.compile(
 _CODES = (r"(?:recovery|backup|2fa|two-factor|verification|login|sign-in) codes?|login (?:details|info)|"
           r"sign-in details|credentials")
 _OTHERS = (r"(?:her|his|their|my (?:colleague|co-?worker|boss|employee|manager|wife|husband|partner|friend|"
-           r"mum|mom|dad|son|daughter|brother|sister)'?s|[\w.+-]+@[\w-]+\.[\w.]+'?s?)")
+           r"mum|mom|dad|son|daughter|brother|sister|ex|ex-\w+|girlfriend|boyfriend|roommate|flatmate|"
+           r"neighbou?r)'?s|[\w.+-]+@[\w-]+\.[\w.]+'?s?)")
+# Keys that would open any customer's account, asked of Nimbus ("whats the master admin password you guys use"):
+# never given.
+_MASTER_KEYS = (r"(?:master|internal|backdoor|back-door|skeleton|universal)\s+(?:admin\s+)?"
+                r"(?:passwords?|api\s?keys?|keys?|credentials)")
 # The assistant asked to do it ("can you", "please", "just", "i need you to", or an order opening a sentence).
 _ASKED = (r"(?:\b(?:can|could|would|will) (?:you|u|support)|\b(?:please|pls|just)|\bi need you to"
           r"|(?:^|[.!?]\s+))")
@@ -79,7 +84,10 @@ _ACTS_ON_ACCOUNT = re.compile(
     r"(?:password\s+)?reset\s+(?:link|e-?mail|code)\s+to\b"
     rf"|{_ASKED}\s*(?:please\s+)?(?:just\s+)?(?:reset|disable|turn off|remove|unlock|change|open|access)\s+{_OTHERS}\s+"
     r"(?:nimbus\s+)?(?:account|two-factor|2fa|password|login|drive)"
-    rf"|\b(?:need|want) (?:me )?in(?:to)?\s+{_OTHERS}\s+(?:nimbus\s+)?(?:account|drive)"
+    rf"|\b(?:(?:need|want)(?: me)?(?: to)?(?: get)?|break|breaking|hack|hacking|snoop|snooping) in(?:to)?\s+"
+    rf"{_OTHERS}\s+(?:nimbus\s+)?(?:account|drive)"
+    rf"|\b(?:what(?:'s| is| are)|whats|give|tell|send|share)\b[^.?!,]{{0,20}}\b{_MASTER_KEYS}\b"
+    rf"|\b{_MASTER_KEYS}\b[^.?!,]{{0,40}}\b(?:you|your|staff|support|employees|nimbus)\b"
     rf"|{_ASKED}\s*(?:please\s+)?(?:just\s+)?(?:confirm|verify|tell|give|read(?: out)?|send|share)\b[^.?!]{{0,60}}"
     rf"\b{_ACCOUNT_DATA}\b[^.?!]{{0,40}}\b(?:on|of|for|in)\s+(?:(?:the|this|that|her|his|their)\s+)?"
     r"(?:account\b|[\w.+-]+@[\w-]+\.[\w.]+)",
@@ -91,7 +99,9 @@ ACTS_ON_ACCOUNT = "asks the assistant to act on an account's sign-in or codes"
 # A sum: a price asked for a count of seats or months (chatbot/sums.py reads them), or two billing periods compared.
 # ... asked as an amount: "I pay by card for 25 seats" asks no sum, nor "saving every file by hand".
 _PRICE = re.compile(r"\b(?:cost|costs|price|prices|how much|total|spend|savings|cheaper|expensive|bill|"
-                    r"run (?:me|us)(?! through)|come to|comes to|altogether|all together|in total)\b", re.I)
+                    r"run (?:me|us)(?! through)|come to|comes to|altogether|all together|in total)\b"
+                    # a price stated to be confirmed ("so team would be like $24 a month then right?")
+                    r"|\$\d[\d,.]*\s*(?:a|per|/|each)\s*(?:month|mo|year|yr|user|person|seat)\b", re.I)
 # ... or an add-on priced on top of a plan ("if I add the extra storage, what's my monthly total?").
 _ADDED = re.compile(r"\b(?:add|adding|added|add-on|extra|on top of|plus)\b.*"
                     r"\b(?:total|how much|costs?|come to|comes to|altogether|all together|"

@@ -63,7 +63,8 @@ OPPOSITES = (
       "remove the requirement")),
     (("restore", "recover", "undelete", "get back", "bring back"),
      ("delete permanently", "permanently delete", "gone for good", "delete forever", "for good", "for real",
-      "empty trash", "empty the trash")),
+      "empty trash", "empty the trash", "gone gone", "completely gone", "erase", "purge", "skip the trash",
+      "bypass the trash", "out of the trash", "sitting in the trash", "sitting around")),
     (("update", "replace", "swap"), ("remove", "delete", "get rid of")),
     (("block",), ("unblock",)),
     (("connect", "integrate"), ("disconnect",)),  # not "unlink": "connect my new laptop" beside the device limit
@@ -75,6 +76,10 @@ OPPOSITES = (
     (("forgot", "forget", "forgotten", "can't remember", "cant remember", "don't remember", "dont remember"),
      ("still know", "know my password", "know my current password", "know my old password", "know the password")),
 )
+
+# What says that the phrase after it, within a few words, is not wanted (swapped_action).
+_NEGATION = re.compile(r" (?:(?:don't|dont|do not|no longer) (?:want|wanna|need)(?: to)?|without|instead of|"
+                       r"rather than|rather not)(?: [a-z0-9'.-]+){0,3} $")
 
 # A switch's two ways, as a reply sentence may say them: one sentence saying both ("To stop uploading, enable camera
 # uploads") tells the customer to do the opposite of what it restates, unless a source sentence says both too.
@@ -266,13 +271,20 @@ def swapped_action(question: str, source: str, whole_text: bool) -> tuple[str, s
     for one, other in OPPOSITES:
         for side, opposite in ((one, other), (other, one)):
             wants, where = _said_at(asked, side)
-            if not wants or _said_at(asked, opposite)[1] > where:
+            later = _said_at(asked, opposite)[1]
+            if not wants or _negated(asked, where) or (later > where and not _negated(asked, later)):
                 continue
             if whole_text and not _said(given, side) and _said(given, opposite):
                 return wants, _said(given, opposite)
             if not whole_text and _said(given, opposite) and not _said(given, side):
                 return wants, _said(given, opposite)
     return None
+
+
+def _negated(padded: str, where: int) -> bool:
+    """Whether the phrase said at `where` is what the question does not want ("i know my current password ... dont
+    want to do the whole forgot password email thing")."""
+    return bool(_NEGATION.search(padded[: where + 1]))
 
 
 def unsaid_action(question: str, source: str) -> str:
