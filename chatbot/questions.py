@@ -132,7 +132,12 @@ _OWN_RECORDS = re.compile(
     # ... or names the account by its e-mail address ("my account is dan@gmail.com", "the account of sarah@..."): a
     # message that hands over an address asks staff to look at or act on that account. Of every eval set's questions,
     # the 40 that give an address other than Nimbus's own are all for staff.
-    r"|\b[\w.+-]+@(?!nimbusdrive\.com\b)[\w-]+(?:\.[\w-]+)+\b", re.I)
+    r"|\b[\w.+-]+@(?!nimbusdrive\.com\b)[\w-]+(?:\.[\w-]+)+\b"
+    # ... or the service's state right now ("is nimbus down??", "outage today?"): no article knows it, and the
+    # nearest one (sync troubleshooting) reads as if the customer's set-up were at fault.
+    r"|\b(?:is|are)\s+(?:nimbus(?:\s+drive)?|nimbusdrive(?:\.com)?|the\s+(?:site|website|service|servers?|app)|"
+    r"your\s+(?:site|website|service|servers?|app)|everything|it)\s+(?:(?:just|all)\s+)?(?:down|offline)\b(?!\s+to\b)"
+    r"|\b(?:outages?|status\s+page|service\s+status|servers?\s+(?:are\s+|is\s+)?down)\b", re.I)
 # A message that says it is about something else: never retrieved together with the one before it.
 _NEW_TOPIC = re.compile(r"\b(?:different|separate|another|new|other) (?:thing|question|topic|issue|"
                         r"subject|matter|problem)\b|\bunrelated\b|\bon another note\b|"
@@ -156,7 +161,8 @@ def decline_reason(question: str) -> str:
 
 
 def own_records(question: str) -> str:
-    """What in the question asks about the customer's own records ("invoice NMB-448210"), or ""."""
+    """What in the question asks about the customer's own records ("invoice NMB-448210") or the service's state now
+    ("is nimbus down?"), which only staff can look up, or ""."""
     found = _OWN_RECORDS.search(question)
     return found.group(0) if found else ""
 

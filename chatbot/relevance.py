@@ -32,7 +32,7 @@ PLATFORMS = ("smart tv", "apple tv", "android tv", "fire tv", "fire stick", "fir
 _OFFERING = re.compile(r" (?:is there|are there|do (?:you|u|ya)(?: guys)?|does nimbus(?: drive)?|(?:can|could) i get|"
                        r"you (?:offer|have|sell)) (?:[a-z]+ ){0,2}?(?:a|an|any) ((?:[a-z]+ )?[a-z]+) "
                        r"((?:plan|deal|bundle|package|tier|membership|version|edition|app|client|tool|option|"
-                       r"feature|mode|plugin|extension)s?) ")
+                       r"feature|mode|plugin|extension|program|programme|scheme|bount(?:y|ie)|page)s?) ")
 _CLAUSE_BREAK = re.compile(r"[?!,;:\n]|\.(?:\s|$)")  # "what do you offer? i have a tiny plan": two asks
 _NOT_NAMES = frozenset("yearly annual monthly paid free current cheap cheaper cheapest bigger biggest larger largest "
                        "smaller smallest higher highest lower lowest better best whole new old next top same other "

@@ -148,7 +148,7 @@ class TurnPlanner:
             return Unanswered(question, session_id, DECLINED, declined)
         records = own_records(question) if self.settings.check_sources else ""
         if records:
-            return Unanswered(question, session_id, HANDED_OFF, f"asks about the customer's own records ({records!r})")
+            return Unanswered(question, session_id, HANDED_OFF, f"asks what only staff can look up ({records!r})")
         # A follow-up is retrieved with the customer's question before it even when that one was handed off ("can i
         # get the earlier one back" then "how far back does that go on personal"): the prompt leaves it out, the
         # retrieval needs it.

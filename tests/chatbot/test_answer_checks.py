@@ -110,7 +110,8 @@ def test_a_product_the_help_centre_never_names_fails_every_source():
         assert "which the help centre never does" not in verdict.reason, asked
     # ... or a version, app or feature of Nimbus's own by a name the help centre never uses
     install = approved("How do I install the Nimbus Drive desktop app?")
-    for asked in ("is there a dark mode for the desktop app? my eyes", "do you have a chrome extension to save pics"):
+    for asked in ("is there a dark mode for the desktop app? my eyes", "do you have a chrome extension to save pics",
+                  "do you have a bug bounty? i found a hole in the desktop app"):
         verdict = check_source(asked, install["answer"], VOCABULARY, COVERAGE, 0.9, source_question=install["question"])
         assert not verdict.answers and "which the help centre never does" in verdict.reason, asked
     for asked in ("is there an actual linux version or just windows", "is there a desktop app for my mac?"):
@@ -445,6 +446,13 @@ def test_questions_about_the_customer_s_own_records_are_told_from_how_to_questio
                    "what email address do invoices go to?", "how do I check my storage?", "a 25 GB file on Team",
                    "how long is the team trial?", "can i raise the upload limit by upgrading?",
                    "can you change the plan from the app?"):
+        assert not own_records(how_to), how_to
+    # ... or the service's state right now
+    for now in ("is nimbus down?? the website just spins", "is the site down for everyone or just me",
+                "was there an outage this morning?", "do you have a status page"):
+        assert own_records(now), now
+    for how_to in ("my upload speed is down to 1 MB/s", "is it down to the admin to reset 2fa?",
+                   "the app shows my files as offline", "how do i get files down from nimbus"):
         assert not own_records(how_to), how_to
 
 
