@@ -54,13 +54,15 @@ _INJECTION = re.compile(
 # admin?") is a question, not this.
 _CODES = (r"(?:recovery|backup|2fa|two-factor|verification|login|sign-in) codes?|login (?:details|info)|"
           r"sign-in details|credentials")
-_OTHERS = (r"(?:her|his|their|my (?:colleague|co-?worker|boss|employee|manager|wife|husband|partner|friend|"
-           r"mum|mom|dad|son|daughter|brother|sister|ex|ex-\w+|girlfriend|boyfriend|roommate|flatmate|"
-           r"neighbou?r)'?s|[\w.+-]+@[\w-]+\.[\w.]+'?s?)")
+# Someone close whose account a customer may want into without them ("my ex's drive").
+_CLOSE = r"my (?:wife|husband|partner|ex|ex-\w+|girlfriend|boyfriend|roommate|flatmate|neighbou?r)'?s"
+_OTHERS = (r"(?:her|his|their|my (?:colleague|co-?worker|boss|employee|manager|friend|mum|mom|dad|son|daughter|"
+           rf"brother|sister)'?s|{_CLOSE}|[\w.+-]+@[\w-]+\.[\w.]+'?s?)")
 # Keys that would open any customer's account, asked of Nimbus ("whats the master admin password you guys use"):
-# never given.
+# never given. A customer's own ("the master password of my password manager") is another matter.
 _MASTER_KEYS = (r"(?:master|internal|backdoor|back-door|skeleton|universal)\s+(?:admin\s+)?"
                 r"(?:passwords?|api\s?keys?|keys?|credentials)")
+_NIMBUS_SIDE = r"(?:you|you guys|your|nimbus|staff|support|employees|admins)"
 # The assistant asked to do it ("can you", "please", "just", "i need you to", or an order opening a sentence).
 _ASKED = (r"(?:\b(?:can|could|would|will) (?:you|u|support)|\b(?:please|pls|just)|\bi need you to"
           r"|(?:^|[.!?]\s+))")
@@ -84,10 +86,10 @@ _ACTS_ON_ACCOUNT = re.compile(
     r"(?:password\s+)?reset\s+(?:link|e-?mail|code)\s+to\b"
     rf"|{_ASKED}\s*(?:please\s+)?(?:just\s+)?(?:reset|disable|turn off|remove|unlock|change|open|access)\s+{_OTHERS}\s+"
     r"(?:nimbus\s+)?(?:account|two-factor|2fa|password|login|drive)"
-    rf"|\b(?:(?:need|want)(?: me)?(?: to)?(?: get)?|break|breaking|hack|hacking|snoop|snooping) in(?:to)?\s+"
-    rf"{_OTHERS}\s+(?:nimbus\s+)?(?:account|drive)"
-    rf"|\b(?:what(?:'s| is| are)|whats|give|tell|send|share)\b[^.?!,]{{0,20}}\b{_MASTER_KEYS}\b"
-    rf"|\b{_MASTER_KEYS}\b[^.?!,]{{0,40}}\b(?:you|your|staff|support|employees|nimbus)\b"
+    rf"|\b(?:need|want) (?:me )?in(?:to)?\s+{_OTHERS}\s+(?:nimbus\s+)?(?:account|drive)"
+    rf"|\b(?:need|want) to get in(?:to)?\s+{_CLOSE}\s+(?:nimbus\s+)?(?:account|drive)"
+    rf"|\b(?:your|nimbus'?s?)\s+(?:own\s+)?{_MASTER_KEYS}\b"
+    rf"|\b{_MASTER_KEYS}\b[^.?!,]{{0,30}}\b{_NIMBUS_SIDE}(?: \w+){{0,2}} (?:use|have|keep)\b"
     rf"|{_ASKED}\s*(?:please\s+)?(?:just\s+)?(?:confirm|verify|tell|give|read(?: out)?|send|share)\b[^.?!]{{0,60}}"
     rf"\b{_ACCOUNT_DATA}\b[^.?!]{{0,40}}\b(?:on|of|for|in)\s+(?:(?:the|this|that|her|his|their)\s+)?"
     r"(?:account\b|[\w.+-]+@[\w-]+\.[\w.]+)",
@@ -100,7 +102,7 @@ ACTS_ON_ACCOUNT = "asks the assistant to act on an account's sign-in or codes"
 # ... asked as an amount: "I pay by card for 25 seats" asks no sum, nor "saving every file by hand".
 _PRICE = re.compile(r"\b(?:cost|costs|price|prices|how much|total|spend|savings|cheaper|expensive|bill|"
                     r"run (?:me|us)(?! through)|come to|comes to|altogether|all together|in total)\b"
-                    # a price stated to be confirmed ("so team would be like $24 a month then right?")
+                    # a price stated to be confirmed ("2 of us, so team would be like $24 a month right?")
                     r"|\$\d[\d,.]*\s*(?:a|per|/|each)\s*(?:month|mo|year|yr|user|person|seat)\b", re.I)
 # ... or an add-on priced on top of a plan ("if I add the extra storage, what's my monthly total?").
 _ADDED = re.compile(r"\b(?:add|adding|added|add-on|extra|on top of|plus)\b.*"
@@ -132,12 +134,15 @@ _OWN_RECORDS = re.compile(
     # ... or names the account by its e-mail address ("my account is dan@gmail.com", "the account of sarah@..."): a
     # message that hands over an address asks staff to look at or act on that account. Of every eval set's questions,
     # the 40 that give an address other than Nimbus's own are all for staff.
-    r"|\b[\w.+-]+@(?!nimbusdrive\.com\b)[\w-]+(?:\.[\w-]+)+\b"
-    # ... or the service's state right now ("is nimbus down??", "outage today?"): no article knows it, and the
-    # nearest one (sync troubleshooting) reads as if the customer's set-up were at fault.
-    r"|\b(?:is|are)\s+(?:nimbus(?:\s+drive)?|nimbusdrive(?:\.com)?|the\s+(?:site|website|service|servers?|app)|"
-    r"your\s+(?:site|website|service|servers?|app)|everything|it)\s+(?:(?:just|all)\s+)?(?:down|offline)\b(?!\s+to\b)"
-    r"|\b(?:outages?|status\s+page|service\s+status|servers?\s+(?:are\s+|is\s+)?down)\b", re.I)
+    r"|\b[\w.+-]+@(?!nimbusdrive\.com\b)[\w-]+(?:\.[\w-]+)+\b", re.I)
+# A question about the service's state right now ("is nimbus down??", "was there an outage this morning?"): no
+# article knows it, and the nearest one (sync troubleshooting) reads as if the customer's set-up were at fault.
+_SERVICE = r"(?:nimbus(?:\s+drive)?|nimbusdrive(?:\.com)?|(?:the|your)\s+(?:site|website|service|servers?|app))"
+_SERVICE_STATE = re.compile(
+    rf"\b(?:is|are)\s+(?:{_SERVICE}|everything|it)\s+(?:(?:just|all|still)\s+)?down\b(?!\s+to\b)"
+    rf"|\b{_SERVICE}\s+(?:is|was|seems|went)\s+(?:(?:still|totally|completely)\s+)?down\b(?!\s+to\b)"
+    r"|\b(?:nimbus|your)\s+(?:\w+\s+)?outages?\b|\b(?:was|is) there an? outage\b"
+    r"|\b(?:an?|your|nimbus'?s?) status page\b|\bservice status\b", re.I)
 # A message that says it is about something else: never retrieved together with the one before it.
 _NEW_TOPIC = re.compile(r"\b(?:different|separate|another|new|other) (?:thing|question|topic|issue|"
                         r"subject|matter|problem)\b|\bunrelated\b|\bon another note\b|"
@@ -161,9 +166,14 @@ def decline_reason(question: str) -> str:
 
 
 def own_records(question: str) -> str:
-    """What in the question asks about the customer's own records ("invoice NMB-448210") or the service's state now
-    ("is nimbus down?"), which only staff can look up, or ""."""
+    """What in the question asks about the customer's own records ("invoice NMB-448210"), or ""."""
     found = _OWN_RECORDS.search(question)
+    return found.group(0) if found else ""
+
+
+def service_state(question: str) -> str:
+    """What in the question asks about the service's state right now ("is nimbus down"), or ""."""
+    found = _SERVICE_STATE.search(question)
     return found.group(0) if found else ""
 
 

@@ -32,7 +32,7 @@ PLATFORMS = ("smart tv", "apple tv", "android tv", "fire tv", "fire stick", "fir
 _OFFERING = re.compile(r" (?:is there|are there|do (?:you|u|ya)(?: guys)?|does nimbus(?: drive)?|(?:can|could) i get|"
                        r"you (?:offer|have|sell)) (?:[a-z]+ ){0,2}?(?:a|an|any) ((?:[a-z]+ )?[a-z]+) "
                        r"((?:plan|deal|bundle|package|tier|membership|version|edition|app|client|tool|option|"
-                       r"feature|mode|plugin|extension|program|programme|scheme|bount(?:y|ie)|page)s?) ")
+                       r"feature|mode|plugin|extension|program|programme|scheme|bount(?:y|ie))s?) ")
 _CLAUSE_BREAK = re.compile(r"[?!,;:\n]|\.(?:\s|$)")  # "what do you offer? i have a tiny plan": two asks
 _NOT_NAMES = frozenset("yearly annual monthly paid free current cheap cheaper cheapest bigger biggest larger largest "
                        "smaller smallest higher highest lower lowest better best whole new old next top same other "
@@ -61,10 +61,10 @@ OPPOSITES = (
     (("require", "enforce", "force"),
      ("un-require", "unrequire", "stop requiring", "stop forcing", "stop enforcing", "no longer require",
       "remove the requirement")),
-    (("restore", "recover", "undelete", "get back", "bring back"),
+    (("restore", "recover", "undelete", "get back", "bring back", "get it back", "get them back", "get that back",
+      "get those back"),
      ("delete permanently", "permanently delete", "gone for good", "delete forever", "for good", "for real",
-      "empty trash", "empty the trash", "gone gone", "completely gone", "erase", "purge", "skip the trash",
-      "bypass the trash", "out of the trash", "sitting in the trash", "sitting around")),
+      "empty trash", "empty the trash", "gone gone", "erase", "skip the trash", "bypass the trash")),
     (("update", "replace", "swap"), ("remove", "delete", "get rid of")),
     (("block",), ("unblock",)),
     (("connect", "integrate"), ("disconnect",)),  # not "unlink": "connect my new laptop" beside the device limit
@@ -77,9 +77,11 @@ OPPOSITES = (
      ("still know", "know my password", "know my current password", "know my old password", "know the password")),
 )
 
-# What says that the phrase after it, within a few words, is not wanted (swapped_action).
-_NEGATION = re.compile(r" (?:(?:don't|dont|do not|no longer) (?:want|wanna|need)(?: to)?|without|instead of|"
-                       r"rather than|rather not)(?: [a-z0-9'.-]+){0,3} $")
+# Words that say what follows is not wanted: refused_action's and swapped_action's.
+_NOT_WANTED = r"(?:don't|dont|do not|no longer) (?:want|wanna|need)"
+# A phrase within a few words after these is not wanted (swapped_action).
+_NEGATION = re.compile(rf" (?:{_NOT_WANTED}(?: to)?|without|instead of|rather than|rather not)"
+                       r"(?: [a-z0-9'.-]+){0,3} $")
 
 # A switch's two ways, as a reply sentence may say them: one sentence saying both ("To stop uploading, enable camera
 # uploads") tells the customer to do the opposite of what it restates, unless a source sentence says both too.
@@ -111,7 +113,7 @@ _STATE_WORDS = ("is", "are", "was", "were", "am", "its", "it's", "does", "did", 
 _REFUSED = re.compile(r"(?: not (?:allowed|permitted) to | without (?:me |us |you |them |anyone )?(?=[a-z]+ing )|"
                       r" (?:instead of|rather than|(?:sick|tired) of) (?:me |us )?(?=[a-z]+ing )|"
                       r" not (?:keen on|fond of|a fan of) (?=[a-z]+ing )| rather not |"
-                      r" (?:don't|dont|do not|no longer) (?:want|wanna|need) (?:to )?|"
+                      rf" {_NOT_WANTED} (?:to )?|"
                       + "".join(f"(?<! {re.escape(word)})" for word in _STATE_WORDS) + r" not (?:to )?)([a-z]+) ")
 
 # An action the question calls a chore ("inviting everyone one by one is a pain") is one it wants to avoid.
@@ -266,13 +268,16 @@ def unknown_product(question: str, vocabulary: Vocabulary) -> str:
 def swapped_action(question: str, source: str, whole_text: bool) -> tuple[str, str] | None:
     """(the question's action, the source's) where the source does the opposite of what is asked. For an
     article (`whole_text`) only when the article never says the question's side. A question that says both
-    sides wants the one it says last ("we turned it on but how do I switch it back off")."""
+    sides wants the one it says last ("we turned it on but how do I switch it back off"), unless it says it does
+    not want that one ("i know my password ... dont want to do the whole forgot password email thing")."""
     asked, given = _padded(question), _padded(source)
     for one, other in OPPOSITES:
         for side, opposite in ((one, other), (other, one)):
             wants, where = _said_at(asked, side)
             later = _said_at(asked, opposite)[1]
-            if not wants or _negated(asked, where) or (later > where and not _negated(asked, later)):
+            refused = _negated(asked, where)
+            overruled = later > where and not _negated(asked, later)
+            if not wants or refused or overruled:
                 continue
             if whole_text and not _said(given, side) and _said(given, opposite):
                 return wants, _said(given, opposite)
@@ -282,8 +287,7 @@ def swapped_action(question: str, source: str, whole_text: bool) -> tuple[str, s
 
 
 def _negated(padded: str, where: int) -> bool:
-    """Whether the phrase said at `where` is what the question does not want ("i know my current password ... dont
-    want to do the whole forgot password email thing")."""
+    """Whether the question says it does not want the phrase said at `where`."""
     return bool(_NEGATION.search(padded[: where + 1]))
 
 

@@ -31,6 +31,7 @@ from .questions import (
     needs_sum,
     own_records,
     reads_as_follow_up,
+    service_state,
     without_hand_offs,
 )
 from .relevance import ASKED_TERMS, check_source, known_terms
@@ -148,7 +149,10 @@ class TurnPlanner:
             return Unanswered(question, session_id, DECLINED, declined)
         records = own_records(question) if self.settings.check_sources else ""
         if records:
-            return Unanswered(question, session_id, HANDED_OFF, f"asks what only staff can look up ({records!r})")
+            return Unanswered(question, session_id, HANDED_OFF, f"asks about the customer's own records ({records!r})")
+        state = service_state(question) if self.settings.check_sources else ""
+        if state:
+            return Unanswered(question, session_id, HANDED_OFF, f"asks about the service's state right now ({state!r})")
         # A follow-up is retrieved with the customer's question before it even when that one was handed off ("can i
         # get the earlier one back" then "how far back does that go on personal"): the prompt leaves it out, the
         # retrieval needs it.
