@@ -36,6 +36,11 @@ def approved(question: str) -> dict:
     return next(a for a in APPROVED if a["question"] == question)
 
 
+def check_answer(asked: str, answer: dict, score: float = 0.9):
+    """check_source of an approved answer, read with its own question."""
+    return check_source(asked, answer["answer"], VOCABULARY, COVERAGE, score, source_question=answer["question"])
+
+
 def test_a_customers_words_meet_the_help_centres():
     assert words("cant login, forgot my pw") == ["cant", "sign", "in", "forgot", "my", "password"]
     assert words("havent logged into nimbus") == ["havent", "signed", "in", "to", "nimbus"]
@@ -94,8 +99,7 @@ def test_a_product_the_help_centre_never_names_fails_every_source():
     phone_app = approved("Is there a Nimbus Drive app for iPhone and Android?")
     for asked in ("is there a nimbus app for my samsung smart tv so i can play my videos on it",
                   "can i get nimbus on my chromebook?"):
-        verdict = check_source(asked, phone_app["answer"], VOCABULARY, COVERAGE, 0.9,
-                               source_question=phone_app["question"])
+        verdict = check_answer(asked, phone_app)
         assert not verdict.answers and "which the help centre never does" in verdict.reason, asked
     assert check_source("is there a nimbus app for my android phone?", phone_app["answer"], VOCABULARY, COVERAGE,
                         0.9, source_question=phone_app["question"]).answers
@@ -306,15 +310,13 @@ def test_files_wanted_gone_for_good_are_not_answered_by_the_restore_steps():
     restore = approved("How do I restore a file I deleted?")
     for asked in ("there's a bank statement in my trash and i want to erase it, not keep it around for 30 days",
                   "how do i skip the trash so a deleted file is completely gone"):
-        verdict = check_source(asked, restore["answer"], VOCABULARY, COVERAGE, 0.9,
-                               source_question=restore["question"])
+        verdict = check_answer(asked, restore)
         assert not verdict.answers and "restore" in verdict.reason, asked
         assert check_source(asked, ARTICLES["trash-and-restore"], VOCABULARY, COVERAGE, 0.9).answers, asked
     for asked in ("is the file i deleted last week gone forever? i need it back", "deleted a folder, is it gone?",
                   "how do i get a file out of the trash?", "i deleted a folder, is it gone gone or can i get it back",
                   "i accidentally erased a file, can i restore it?"):
-        assert check_source(asked, restore["answer"], VOCABULARY, COVERAGE, 0.9,
-                            source_question=restore["question"]).answers, asked
+        assert check_answer(asked, restore).answers, asked
 
 
 def test_un_with_a_hyphen_is_the_opposite_action():
