@@ -1,11 +1,13 @@
 """What the customer is shown for one turn: the model's reply, its prefix up to the last supported sentence, staff's
 own text shown as such, the hand-off message or the decline. Never an edited reply: staff's text only follows."""
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 
 from cache.records import ANSWERED, CUT, DECLINED, HANDED_OFF, STAFF_TEXT
 
 from .passages import Passage
+from .prompt import Message
 from .questions import ACTS_ON_ACCOUNT, CHANGES_INSTRUCTIONS
 from .support import ReplyCheck
 
@@ -86,3 +88,22 @@ def offer(passage: Passage | None, handoff_message: str, cut: bool) -> str:
     if passage.source.startswith("answer:"):
         return f"{lead}Our support team's answer to \u201c{passage.title}\u201d:\n\n{quoted}"
     return f"{lead}From our {articles}:\n\n{quoted}"
+
+
+# The frame `offer` puts around staff's text: its lead line and the quote marks.
+_OFFER_LEAD = re.compile(
+    r"^(?:I can't confirm more than that\. )?(?:Worked out from our help articles? \u201c[^\n]*?\u201d"
+    r"(?: and \u201c[^\n]*?\u201d)?: |(?:From our help articles? \u201c[^\n]*\u201d"
+    r"|Our support team's answer to \u201c[^\n]*\u201d):$)", re.MULTILINE)
+_QUOTE = re.compile(r"^> ?", re.MULTILINE)
+
+
+def without_frames(messages: list[Message]) -> list[Message]:
+    """The conversation with staff's text in the service's earlier replies as plain text: without the lead line
+    and the quote marks `offer` framed it in. Kept in a prompt, the frame is copied: the model wrote "I can't confirm
+    more than that. From our help article ...:" itself, with nothing after it."""
+    return [replace(m, content=_unframed(m.content)) if m.role == "assistant" else m for m in messages]
+
+
+def _unframed(text: str) -> str:
+    return re.sub(r"\n{3,}", "\n\n", _QUOTE.sub("", _OFFER_LEAD.sub("", text))).strip()

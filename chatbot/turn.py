@@ -36,7 +36,7 @@ from .questions import (
 )
 from .relevance import ASKED_TERMS, check_source, known_terms
 from .settings import GROUNDING_REVIEWS, ChatSettings
-from .shown import DEPARTED_NOTICE, FOLLOWED_ENOUGH, NOTHING_COVERS, UNCHECKED_NOTICE
+from .shown import DEPARTED_NOTICE, FOLLOWED_ENOUGH, NOTHING_COVERS, UNCHECKED_NOTICE, without_frames
 from .support import text_sentences
 from .terms import spelled_out
 
@@ -144,7 +144,7 @@ class TurnPlanner:
     def plan(self, question: object, history: list[dict] | None, session_id: str) -> "ChatTurn | Unanswered":
         question = check_question(question, self.settings.max_question_chars)
         conversation = parse_history(history, self.settings.max_question_chars * 4)
-        messages = without_hand_offs(conversation, self.settings.handoff_message)
+        messages = without_frames(without_hand_offs(conversation, self.settings.handoff_message))
         if declined := decline_reason(question) if self.settings.check_sources else "":
             return Unanswered(question, session_id, DECLINED, declined)
         records = own_records(question) if self.settings.check_sources else ""

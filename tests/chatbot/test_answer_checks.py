@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from cache.records import HANDED_OFF, STAFF_TEXT
+from cache.records import CUT, HANDED_OFF, STAFF_TEXT
 from chatbot.passages import CLOSE_LINE, Passage, article_units, best_passage, priced_passage
+from chatbot.prompt import Message
 from chatbot.questions import (
     ACTS_ON_ACCOUNT,
     CHANGES_INSTRUCTIONS,
@@ -20,7 +21,7 @@ from chatbot.questions import (
     service_state,
 )
 from chatbot.relevance import Coverage, asking_sentences, check_source, leans_on_context, swapped_action, term_coverage
-from chatbot.shown import shown_after_check
+from chatbot.shown import Shown, offer, shown_after_check, without_frames
 from chatbot.support import ReplyCheck, Sources, check_sentence, sentences, text_sentences
 from chatbot.terms import Vocabulary, spelled_out, stem, words
 from data import DATA_DIR, load_eval_questions
@@ -637,6 +638,24 @@ def test_a_reply_that_opens_with_a_yes_no_source_gives_gets_a_passage_about_what
         shown = shown_after_check(reply, check, passage, "Please contact our support team.")
         assert check.cut and shown.outcome == outcome and shown.model_text == ""
         assert (line in shown.staff_text) == (outcome == STAFF_TEXT)
+
+
+def test_staff_text_in_earlier_replies_reaches_the_prompt_without_its_frame():
+    """The model copied the frame of an earlier reply ("I can't confirm more than that. From our help article ...:")
+    with nothing after it; what the frame held stays, as plain text."""
+    article = Passage("article:upload-limits", "File size and upload limits", "On Free: 1 GB.\nOn Personal: 50 GB.")
+    answer = Passage("answer:2", "How do I reset my password?", "1. Click Forgot password?\n2. Check your email.")
+    summed = Passage("article:plans-and-pricing", "Plans and pricing", "Team costs $12 per user per month.",
+                     worked="5 x $12 = $60 per month.", also="Discounts")
+    for passage, kept in ((article, "On Free: 1 GB.\nOn Personal: 50 GB."),
+                          (answer, "1. Click Forgot password?\n2. Check your email."),
+                          (summed, "5 x $12 = $60 per month.\n\nTeam costs $12 per user per month.")):
+        for model_text in ("", "The largest file depends on your plan."):
+            shown = Shown(model_text, offer(passage, "Please contact our support team.", cut=bool(model_text)), CUT)
+            messages = [Message("user", "> quoted by the customer"), Message("assistant", shown.text)]
+            unframed = without_frames(messages)
+            assert unframed[0] == messages[0]  # the customer's words as they were
+            assert unframed[1].content == "\n\n".join(part for part in (model_text, kept) if part)
 
 
 def test_the_passage_for_a_sum_holds_its_figures():

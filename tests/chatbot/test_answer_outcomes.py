@@ -12,8 +12,9 @@ from chatbot.figures import sum_figures
 from chatbot.passages import CLOSE_LINE
 from chatbot.shown import DECLINE_MESSAGES
 from data import DATA_DIR
-from decoding import Engine
+from decoding import StepWidth, build_engine, load_model
 from tests.chatbot.test_service import CPU_CURVE, MODEL_ID
+from tests.formats import RUN_DTYPE, RUN_WEIGHTS
 
 pytestmark = pytest.mark.slow
 
@@ -34,9 +35,9 @@ CONVERSATIONS = (
 
 
 @pytest.fixture(scope="module")
-def service(bundled, tmp_path_factory):
-    model, tokenizer = bundled
-    engine = Engine.of(model, tokenizer, MODEL_ID, step_width=None)
+def service(tmp_path_factory):
+    model, tokenizer = load_model(dtype=RUN_DTYPE)
+    engine = build_engine(model, tokenizer, MODEL_ID, StepWidth.parse(4), weights=RUN_WEIGHTS)
     svc = ChatService.open(engine, tmp_path_factory.mktemp("outcomes") / "data", settings=CHECKED, cost=CPU_CURVE)
     yield svc
     svc.cache.close()

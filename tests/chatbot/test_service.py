@@ -17,7 +17,8 @@ import pytest
 from cache import AnswerCache, NewAnswer
 from cache.embedder import Embedder
 from chatbot import ChatService, ChatSettings, InputError, Span
-from decoding import CostCurve, Engine, StepWidth, build_engine, greedy_generate
+from decoding import CostCurve, Engine, StepWidth, build_engine, load_model
+from tests.formats import RUN_DTYPE, RUN_WEIGHTS
 
 pytestmark = pytest.mark.slow
 
@@ -28,10 +29,12 @@ CPU_CURVE = CostCurve(sizes=(1, 2, 4, 8, 16, 32, 64), seconds=(0.075, 0.110, 0.1
 
 
 @pytest.fixture(scope="module")
-def engine(bundled) -> Engine:
-    """The bundled model on transformers' forward with one-token steps (fp32)."""
-    model, tokenizer = bundled
-    return Engine.of(model, tokenizer, MODEL_ID, step_width=None)
+def engine() -> Engine:
+    """The bundled model as the tests serve it (tests/formats.py: the packed forward in the dtype and weights
+    `make run` picks here, 4-wide steps): twice as fast here as transformers' forward in fp32, which
+    test_packed_service_replies_equal_its_greedy_and_say_how_they_ran keeps verifying."""
+    model, tokenizer = load_model(dtype=RUN_DTYPE)
+    return build_engine(model, tokenizer, MODEL_ID, StepWidth.parse(4), weights=RUN_WEIGHTS)
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +96,9 @@ def test_exact_repeat_is_served_from_the_cache(service):
     first = service.ask(question)
     again = service.ask("  Can I get a refund for my   annual plan?  ".strip())
     assert again.stats.exact_hit and again.text == first.text
-    assert again.stats.forward_passes <= 2  # prefill, then the stored answer verified in one pass
+    # prefill, then the stored answer verified in full-width blocks: every step copies
+    assert again.stats.forward_passes <= 1 + -(-again.stats.tokens // again.stats.step_width)
+    assert again.stats.copied_tokens >= again.stats.tokens - again.stats.forward_passes
     assert service.verify(again.id).identical
 
 
@@ -198,8 +203,7 @@ def test_hostile_cached_answers_never_change_the_reply(service):
     reply = prompt_reply.ask(question)
     assert reply.stats.references, "the hostile entries should have been retrieved as references"
     stored = service.cache.get_reply(reply.id)
-    greedy = greedy_generate(service.engine.model, stored.prompt_ids, 32, tok.eos_token_id)
-    assert stored.token_ids == greedy.tokens
+    assert service.verify(reply.id).identical  # greedy decoding's tokens, bit for bit
     assert "evil@example.com" not in service.tokenizer.decode(stored.prompt_ids)  # candidates stay out of prompts
     assert "evil@example.com" not in reply.text
 
