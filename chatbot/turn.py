@@ -144,7 +144,7 @@ class TurnPlanner:
     def plan(self, question: object, history: list[dict] | None, session_id: str) -> "ChatTurn | Unanswered":
         question = check_question(question, self.settings.max_question_chars)
         conversation = parse_history(history, self.settings.max_question_chars * 4)
-        messages = without_frames(without_hand_offs(conversation, self.settings.handoff_message))
+        messages = without_hand_offs(conversation, self.settings.handoff_message)
         if declined := decline_reason(question) if self.settings.check_sources else "":
             return Unanswered(question, session_id, DECLINED, declined)
         records = own_records(question) if self.settings.check_sources else ""
@@ -169,7 +169,8 @@ class TurnPlanner:
         article, grounding = grounds.article, grounds.choice.grounding
         passage = Passage.of_answer(grounding[0]) if grounding else self.passage(grounds, question)
         prompt = build_prompt(
-            self.engine.tokenizer, self.settings.system_prompt, article.text if article else None, messages,
+            self.engine.tokenizer, self.settings.system_prompt, article.text if article else None,
+            without_frames(messages),  # the model reads staff's text in them as plain text; staff see it as shown
             question, self.context_window - self.settings.max_new_tokens,
             approved=[ApprovedAnswer(hit.question, hit.answer) for hit in grounding],
             layout=self.settings.prompt_layout,
