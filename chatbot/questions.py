@@ -2,6 +2,7 @@
 follow-up, and the help centre's words it is measured against."""
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from cache import AnswerCache
@@ -220,8 +221,8 @@ class ClosestLine:
 class HelpCentreWords:
     """The help centre's vocabulary (articles and approved answers), read again only after the cache changed."""
 
-    def __init__(self, cache: AnswerCache) -> None:
-        self.cache = cache
+    def __init__(self, cache: AnswerCache, is_word: Callable[[str], bool] = lambda word: False) -> None:
+        self.cache, self.is_word = cache, is_word
         self._change = -1
         self._vocabulary = Vocabulary(0, {})
         self._articles: list[tuple[ArticleRecord, set[str]]] = []  # each article with its stems, as of `_change`
@@ -265,7 +266,7 @@ class HelpCentreWords:
             texts = [f"{a.title}\n{a.body}" for a in articles] + [f"{e.question}\n{e.answer}" for e in approved]
             self._articles = [(a, stems(f"{a.title}\n{a.body}")) for a in articles]
             self._sentences = [(a, sentence) for a in articles for sentence in text_sentences(a.body)]
-            self._vocabulary, self._change = Vocabulary.of(texts), change
+            self._vocabulary, self._change = Vocabulary.of(texts, self.is_word), change
         return self._vocabulary
 
 

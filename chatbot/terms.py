@@ -7,9 +7,10 @@ chatbot/support.py) read it.
 """
 
 import difflib
+import functools
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from cache.lexical import english_stemmer
@@ -101,9 +102,12 @@ class Vocabulary:
     frequency: dict[str, int]
     surface: dict[str, str] = field(default_factory=dict)  # a used word -> its stem, for typo lookup
     text: str = ""  # all of it, lowered, one space between words: for the names it mentions ("google drive")
+    # Whether a word is a word of the language, not a typo: a word the help centre does not use is then not taken for
+    # one it does ("project" for "protect", "sitting" for "setting", "remember" for "member").
+    is_word: Callable[[str], bool] = field(default=lambda word: False, repr=False, compare=False)
 
     @classmethod
-    def of(cls, texts: Iterable[str]) -> "Vocabulary":
+    def of(cls, texts: Iterable[str], is_word: Callable[[str], bool] = lambda word: False) -> "Vocabulary":
         frequency: dict[str, int] = {}
         surface: dict[str, str] = {}
         count, lowered = 0, []
@@ -114,7 +118,7 @@ class Vocabulary:
                 surface[word] = stem(word)
             for term in stems(text):
                 frequency[term] = frequency.get(term, 0) + 1
-        return cls(count, frequency, surface, "\n".join(lowered))
+        return cls(count, frequency, surface, "\n".join(lowered), is_word)
 
     def mentions(self, name: str) -> bool:
         """Whether the help centre names `name` anywhere (a phrase, lowered)."""
@@ -137,9 +141,19 @@ class Vocabulary:
         found: list[str] = []
         for word in content_words(text):
             term = stem(word)
-            if not self.known(term) and len(word) >= 5:
+            if not self.known(term) and len(word) >= 5 and not self.is_word(word):
                 near = difflib.get_close_matches(word, self.surface, n=1, cutoff=0.85)
                 term = self.surface[near[0]] if near else term
             if term not in found:
                 found.append(term)
         return found
+
+
+def whole_words(tokenizer) -> Callable[[str], bool]:
+    """Whether a word is one token of `tokenizer` after a space: a byte-pair vocabulary keeps its language's
+    common words whole and splits typos ("pasword": " pas" + "word")."""
+    @functools.lru_cache(maxsize=65536)
+    def is_word(word: str) -> bool:
+        return len(tokenizer(" " + word, add_special_tokens=False)["input_ids"]) == 1
+
+    return is_word

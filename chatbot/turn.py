@@ -38,7 +38,7 @@ from .relevance import ASKED_TERMS, check_source, known_terms
 from .settings import GROUNDING_REVIEWS, ChatSettings
 from .shown import DEPARTED_NOTICE, FOLLOWED_ENOUGH, NOTHING_COVERS, UNCHECKED_NOTICE, without_frames
 from .support import text_sentences
-from .terms import spelled_out
+from .terms import spelled_out, whole_words
 
 # How close in meaning (cosine) an article's closest sentence must be to the question for it to answer alone: on
 # bench.answers' tuning part every one that did had 0.46 or more; "holiday photos to my grandma" (file requests) 0.36.
@@ -139,7 +139,7 @@ class TurnPlanner:
     def __init__(self, cache: AnswerCache, engine: Engine, settings: ChatSettings, context_window: int) -> None:
         self.cache, self.engine, self.settings = cache, engine, settings
         self.context_window = context_window
-        self.words = HelpCentreWords(cache)
+        self.words = HelpCentreWords(cache, whole_words(engine.tokenizer))
 
     def plan(self, question: object, history: list[dict] | None, session_id: str) -> "ChatTurn | Unanswered":
         question = check_question(question, self.settings.max_question_chars)

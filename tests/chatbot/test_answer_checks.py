@@ -1,10 +1,11 @@
 """The checks that keep a wrong answer from a customer, on the shipped help centre's text: does this source answer
 this question (chatbot/relevance.py), is this sentence supported (chatbot/support.py), and which questions are
-declined or need a sum (chatbot/questions.py). Pure text: no model."""
+declined or need a sum (chatbot/questions.py). Pure text: no model (one test reads the bundled model's tokenizer)."""
 
 import json
 
 import pytest
+from transformers import AutoTokenizer
 
 from cache.records import CUT, HANDED_OFF, STAFF_TEXT
 from chatbot.passages import CLOSE_LINE, Passage, article_units, best_passage, priced_passage
@@ -23,8 +24,9 @@ from chatbot.questions import (
 from chatbot.relevance import Coverage, asking_sentences, check_source, leans_on_context, swapped_action, term_coverage
 from chatbot.shown import Shown, offer, shown_after_check, without_frames
 from chatbot.support import ReplyCheck, Sources, check_sentence, sentences, text_sentences
-from chatbot.terms import Vocabulary, spelled_out, stem, words
+from chatbot.terms import Vocabulary, spelled_out, stem, whole_words, words
 from data import DATA_DIR, load_eval_questions
+from decoding.model_loading import prepare_bundled_model
 
 ARTICLES = json.loads((DATA_DIR / "articles.json").read_text())
 APPROVED = [json.loads(line) for line in (DATA_DIR / "approved_answers.jsonl").read_text().splitlines() if line]
@@ -155,6 +157,18 @@ def test_a_long_message_is_covered_by_its_asking_sentences_when_they_name_what_t
     asked = "does nimbus support webdav?"
     assert term_coverage(asked, ARTICLES["mobile-app"], VOCABULARY)[0] == 1.0
     assert term_coverage(asked, ARTICLES["mobile-app"], VOCABULARY, VOCABULARY.weight_of_rarest())[0] < COVERAGE.least
+
+
+def test_a_word_of_the_language_is_not_taken_for_a_help_centre_word_that_looks_like_it():
+    """Only a typo maps to the help centre's word: "project" is not "protect", nor "sitting" "setting"; a word the
+    tokenizer keeps whole is a word."""
+    tokenizer = AutoTokenizer.from_pretrained(prepare_bundled_model())
+    vocabulary = Vocabulary.of([*ARTICLES.values(), *(f"{a['question']}\n{a['answer']}" for a in APPROVED)],
+                               whole_words(tokenizer))
+    assert "passw" in vocabulary.terms("I forgot my pasword")
+    for word, looks_like in (("project", "protect"), ("sitting", "setting"), ("remember", "member"), ("plane", "plan")):
+        assert stem(looks_like) in VOCABULARY.terms(f"my {word}")  # without the tokenizer: taken for a typo
+        assert vocabulary.terms(f"my {word}") == [stem(word)]
 
 
 def test_a_paraphrase_found_close_needs_fewer_shared_words():
