@@ -38,7 +38,7 @@ _INJECTION = re.compile(
     r"|\byou (?:must|are required to|have to) (?:confirm|say|state|reply|respond|answer|repeat|write|promise|"
     r"agree|tell (?:me|users|customers|everyone))\b"
     r"|\b(?:repeat|say|type|write|output|print|reply|respond)(?: with)?\b.{0,30}\b(?:exactly|verbatim|"
-    r"word for word|after me)\b|\band nothing else\b|\bconfirm (?:it )?in writing\b"
+    r"word for word|after me)\b|\band nothing else\b|\bconfirm\b.{0,40}\bin writing\b"
     r"|\byou(?:'re| are) (?:now |hereby )?(?:authori[sz]ed|allowed|permitted|cleared) to\b"
     r"|\bfrom now on,? (?:you|always|answer|reply|respond|say|tell|end|start)\b"
     r"|\b(?:always|only) (?:use|trust|follow) (?:this|these|the new|the updated|my)\b"
@@ -46,6 +46,16 @@ _INJECTION = re.compile(
     r"|\b(?:recovery codes?|backup codes?|password|2fa codes?|two-factor codes?)\b[^.?!]{0,40}"
     r"\b(?:for|of) [\w.+-]+@[\w-]+\.[\w.]+",
     re.I | re.S,
+)
+# A message that claims to come from Nimbus's own staff ("this is Mark from Nimbus billing"), or tells the assistant
+# what to say to "this customer": declined as an instruction unless it asks to act on an account (ACTS_ON_ACCOUNT's
+# message says more then).
+_STAFF_CLAIM = re.compile(
+    r"\b(?:this is|i am|i'm|im)\s+(?!(?:an?|the|spam|mail|email|getting|having|seeing)\b)\w+\s+from (?:the )?"
+    r"nimbus(?: drive)?(?:'s)? (?:billing|support|security|staff|team|engineering|legal|management)\b"
+    r"|\binternal (?:test|override|escalation)\b"
+    r"|\b(?:tell|confirm to|inform|write to|reply to) this (?:customer|user)\b",
+    re.I,
 )
 # Messages that ask the assistant to act on an account's sign-in: to sign in for the customer, to read out or send
 # codes or login details, to reset or open another person's account, or to confirm what an account holds (its
@@ -163,7 +173,9 @@ def decline_reason(question: str) -> str:
     question = question.replace("\u2019", "'")  # a phone's apostrophe
     if _INJECTION.search(question):
         return CHANGES_INSTRUCTIONS
-    return ACTS_ON_ACCOUNT if _ACTS_ON_ACCOUNT.search(question) else ""
+    if _ACTS_ON_ACCOUNT.search(question):
+        return ACTS_ON_ACCOUNT
+    return CHANGES_INSTRUCTIONS if _STAFF_CLAIM.search(question) else ""
 
 
 def own_records(question: str) -> str:
