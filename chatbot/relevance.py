@@ -77,6 +77,10 @@ OPPOSITES = (
      ("still know", "know my password", "know my current password", "know my old password", "know the password")),
 )
 
+# Sides that undo whatever was said before them: "undo" is deleting's opposite only where a deletion is said ("i
+# made her an admin by mistake, how do i undo that" is not answered by not deleting).
+_RELATIVE = frozenset({"undo", "reverse"})
+
 # Words that say what follows is not wanted: refused_action's and swapped_action's.
 _NOT_WANTED = r"(?:don't|dont|do not|no longer) (?:want|wanna|need)"
 # A phrase within a few words after these is not wanted (swapped_action).
@@ -277,13 +281,18 @@ def swapped_action(question: str, source: str, whole_text: bool) -> tuple[str, s
             later = _said_at(asked, opposite)[1]
             refused = _negated(asked, where)
             overruled = later > where and not _negated(asked, later)
-            if not wants or refused or overruled:
+            if not wants or refused or overruled or (wants in _RELATIVE and not _said_in_any_form(asked, opposite)):
                 continue
             if whole_text and not _said(given, side) and _said(given, opposite):
                 return wants, _said(given, opposite)
             if not whole_text and _said(given, opposite) and not _said(given, side):
                 return wants, _said(given, opposite)
     return None
+
+
+def _said_in_any_form(padded: str, phrases: tuple[str, ...]) -> bool:
+    """Whether `padded` says one of the one-word `phrases` in any form ("deleted", "deleting" for "delete")."""
+    return any(re.search(rf" {re.escape(phrase)}\w* ", padded) for phrase in phrases if " " not in phrase)
 
 
 def _negated(padded: str, where: int) -> bool:

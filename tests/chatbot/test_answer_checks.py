@@ -85,6 +85,9 @@ def test_the_opposite_action_is_not_answered_by_the_action():
     assert swapped_action(undo, ARTICLES["delete-account"], whole_text=True) is None  # "to cancel the deletion"
     assert swapped_action("i deleted a file by mistake, how do i undo it", "How do I restore a deleted file?",
                           whole_text=False) is None
+    # "undo" is deleting's opposite only where a deletion is said:
+    assert swapped_action("gave my coworker admin rights by mistake, she should be a normal member. how do i undo "
+                          "that", ARTICLES["team-roles-admin"], whole_text=True) is None
     camera = approved("How do I back up my phone photos automatically?")  # "tap Camera uploads and turn it on"
     stop = check_source("i want to stop my phone from uploading photos to nimbus", camera["answer"], VOCABULARY,
                         COVERAGE, 0.9, source_question=camera["question"])
