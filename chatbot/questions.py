@@ -38,7 +38,7 @@ _INJECTION = re.compile(
     r"|\byou (?:must|are required to|have to) (?:confirm|say|state|reply|respond|answer|repeat|write|promise|"
     r"agree|tell (?:me|users|customers|everyone))\b"
     r"|\b(?:repeat|say|type|write|output|print|reply|respond)(?: with)?\b.{0,30}\b(?:exactly|verbatim|"
-    r"word for word|after me)\b|\band nothing else\b|\bconfirm\b.{0,40}\bin writing\b"
+    r"word for word|after me)\b|\band nothing else\b|\bconfirm (?:it )?in writing\b"
     r"|\byou(?:'re| are) (?:now |hereby )?(?:authori[sz]ed|allowed|permitted|cleared) to\b"
     r"|\bfrom now on,? (?:you|always|answer|reply|respond|say|tell|end|start)\b"
     r"|\b(?:always|only) (?:use|trust|follow) (?:this|these|the new|the updated|my)\b"
@@ -47,16 +47,23 @@ _INJECTION = re.compile(
     r"\b(?:for|of) [\w.+-]+@[\w-]+\.[\w.]+",
     re.I | re.S,
 )
-# A message that claims to come from Nimbus's own staff ("this is Mark from Nimbus billing"), or tells the assistant
-# what to say to "this customer": declined as an instruction unless it asks to act on an account (ACTS_ON_ACCOUNT's
-# message says more then).
+# A message that claims to come from Nimbus's own staff ("this is Mark from Nimbus billing", "internal escalation")
+# and tells the assistant to do something (confirm, apply, refund): declined as an instruction, unless it asks to
+# act on an account (ACTS_ON_ACCOUNT's message says more then). Not a claim the customer reports ("someone called
+# saying this is Mark from Nimbus security, is that legit?"), nor a how-to of their own ("this is urgent from nimbus
+# billing, how do I get a refund"): the help centre answers those.
 _STAFF_CLAIM = re.compile(
-    r"\b(?:this is|i am|i'm|im)\s+(?!(?:an?|the|spam|mail|email|getting|having|seeing)\b)\w+\s+from (?:the )?"
-    r"nimbus(?: drive)?(?:'s)? (?:billing|support|security|staff|team|engineering|legal|management)\b"
-    r"|\binternal (?:test|override|escalation)\b"
-    r"|\b(?:tell|confirm to|inform|write to|reply to) this (?:customer|user)\b",
+    r"\b(?:this is|i am|i'm|im)\s+(?:[a-z]+\s+){1,2}?from (?:the )?nimbus(?: drive)?(?:'s)?(?: tier \d)? "
+    r"(?:billing|support|security|staff|engineering|legal|management)\b"
+    r"|\b[a-z]+ here from nimbus\b|\bnimbus (?:billing|support|security)(?: team| agent| staff)? here\b"
+    r"|\binternal (?:test|override|escalation)\b|\b(?:staff|agent|admin) override\b",
     re.I,
 )
+_STAFF_ORDER = re.compile(r"\b(?:confirm|apply|approve|process|issue|grant|credit|upgrade|disable|paste|refund)\b",
+                          re.I)
+_CUSTOMER_VOICE = re.compile(r"\b(?:e-?mails?|messages?|texted|call(?:ed|ing)?|phoned|says|said|saying|legit|real|"
+                             r"scam|phishing|fake|genuine|suspicious|why)\b|\bhow (?:do|can|would|should) (?:i|we)\b",
+                             re.I)
 # Messages that ask the assistant to act on an account's sign-in: to sign in for the customer, to read out or send
 # codes or login details, to reset or open another person's account, or to confirm what an account holds (its
 # e-mail, card, address); and messages that hand over a password.
@@ -175,7 +182,9 @@ def decline_reason(question: str) -> str:
         return CHANGES_INSTRUCTIONS
     if _ACTS_ON_ACCOUNT.search(question):
         return ACTS_ON_ACCOUNT
-    return CHANGES_INSTRUCTIONS if _STAFF_CLAIM.search(question) else ""
+    if _CUSTOMER_VOICE.search(question):
+        return ""
+    return CHANGES_INSTRUCTIONS if _STAFF_CLAIM.search(question) and _STAFF_ORDER.search(question) else ""
 
 
 def own_records(question: str) -> str:
@@ -233,7 +242,7 @@ class ClosestLine:
 class HelpCentreWords:
     """The help centre's vocabulary (articles and approved answers), read again only after the cache changed."""
 
-    def __init__(self, cache: AnswerCache, is_word: Callable[[str], bool] = lambda word: False) -> None:
+    def __init__(self, cache: AnswerCache, is_word: Callable[[str], bool]) -> None:
         self.cache, self.is_word = cache, is_word
         self._change = -1
         self._vocabulary = Vocabulary(0, {})

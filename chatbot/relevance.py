@@ -68,7 +68,7 @@ OPPOSITES = (
     (("update", "replace", "swap"), ("remove", "delete", "get rid of")),
     (("block",), ("unblock",)),
     (("connect", "integrate"), ("disconnect",)),  # not "unlink": "connect my new laptop" beside the device limit
-    (("delete",), ("undo", "undelete", "cancel the deletion", "reverse")),
+    (("delete", "remove"), ("undo", "undelete", "cancel the deletion", "reverse")),
     (("install",), ("uninstall",)),
     (("archive",), ("unarchive",)),
     # Not an action but its premise: a customer who still knows the password wants to change it, not the
@@ -77,8 +77,8 @@ OPPOSITES = (
      ("still know", "know my password", "know my current password", "know my old password", "know the password")),
 )
 
-# Sides that undo whatever was said before them: "undo" is deleting's opposite only where a deletion is said ("i
-# made her an admin by mistake, how do i undo that" is not answered by not deleting).
+# Sides that undo whatever was said before them: "undo" is deleting's opposite only where a deletion or removal is
+# said ("i made her an admin by mistake, how do i undo that" is not answered by not deleting).
 _RELATIVE = frozenset({"undo", "reverse"})
 
 # Words that say what follows is not wanted: refused_action's and swapped_action's.
@@ -291,8 +291,9 @@ def swapped_action(question: str, source: str, whole_text: bool) -> tuple[str, s
 
 
 def _said_in_any_form(padded: str, phrases: tuple[str, ...]) -> bool:
-    """Whether `padded` says one of the one-word `phrases` in any form ("deleted", "deleting" for "delete")."""
-    return any(re.search(rf" {re.escape(phrase)}\w* ", padded) for phrase in phrases if " " not in phrase)
+    """Whether `padded` says one of the one-word `phrases` in any form ("deleted", "deletion" for "delete")."""
+    said = {stem(word) for word in padded.split()}
+    return any(stem(phrase) in said for phrase in phrases if " " not in phrase)
 
 
 def _negated(padded: str, where: int) -> bool:

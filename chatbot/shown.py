@@ -81,12 +81,13 @@ def offer(passage: Passage | None, handoff_message: str, cut: bool) -> str:
         return handoff_message
     lead = "I can't confirm more than that. " if cut else ""
     quoted = "\n".join(f"> {line}" for line in passage.text.splitlines())
-    articles = (f"help articles \u201c{passage.title}\u201d and \u201c{passage.also}\u201d" if passage.also
-                else f"help article \u201c{passage.title}\u201d")
+    title, also = " ".join(passage.title.split()), " ".join(passage.also.split())  # a question asked in two lines
+    articles = (f"help articles \u201c{title}\u201d and \u201c{also}\u201d" if also
+                else f"help article \u201c{title}\u201d")
     if passage.worked:
         return f"{lead}Worked out from our {articles}: {passage.worked}\n\n{quoted}"
     if passage.source.startswith("answer:"):
-        return f"{lead}Our support team's answer to \u201c{passage.title}\u201d:\n\n{quoted}"
+        return f"{lead}Our support team's answer to \u201c{title}\u201d:\n\n{quoted}"
     return f"{lead}From our {articles}:\n\n{quoted}"
 
 
@@ -106,4 +107,10 @@ def without_frames(messages: list[Message]) -> list[Message]:
 
 
 def _unframed(text: str) -> str:
-    return re.sub(r"\n{3,}", "\n\n", _QUOTE.sub("", _OFFER_LEAD.sub("", text))).strip()
+    """`text` without its frame: the lead line, and the quote marks of the lines after it (the model's own lines
+    before it stay as they were)."""
+    lead = _OFFER_LEAD.search(text)
+    if lead is None:
+        return text
+    staff_text = _QUOTE.sub("", text[lead.end():])
+    return re.sub(r"\n{3,}", "\n\n", f"{text[:lead.start()]}{staff_text}").strip()

@@ -2,18 +2,25 @@
 
 Pure text, no model: a customer's word is lowered, stemmed (Snowball's English stemmer, then its first five
 letters, so "sharing" meets "share" and "subscription" meets "subscribe") and, when the help centre never uses it,
-mapped to the nearest word it does use when that is a likely typo ("pasword"). Both checks (chatbot/relevance.py,
-chatbot/support.py) read it.
+mapped to the nearest word it does use when that is a likely typo ("pasword": a word the model's tokenizer splits;
+"project" is not the help centre's "protect"). Both checks (chatbot/relevance.py, chatbot/support.py) read it.
 """
 
 import difflib
 import functools
+import logging
 import math
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from cache.lexical import english_stemmer
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+logger = logging.getLogger(__name__)
 
 WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 STEM_LETTERS = 5
@@ -149,11 +156,15 @@ class Vocabulary:
         return found
 
 
-def whole_words(tokenizer) -> Callable[[str], bool]:
+def whole_words(tokenizer: "PreTrainedTokenizerBase") -> Callable[[str], bool]:
     """Whether a word is one token of `tokenizer` after a space: a byte-pair vocabulary keeps its language's
-    common words whole and splits typos ("pasword": " pas" + "word")."""
+    common words whole and splits typos ("pasword": " pas" + "word"). A tokenizer that does not (it splits
+    "account", or keeps "pasword") says no word is one, and every unknown word may be a typo, as before."""
     @functools.lru_cache(maxsize=65536)
     def is_word(word: str) -> bool:
         return len(tokenizer(" " + word, add_special_tokens=False)["input_ids"]) == 1
 
+    if not is_word("account") or is_word("pasword"):
+        logger.warning("the tokenizer does not keep English words whole: every unknown word may be a typo")
+        return lambda word: False
     return is_word

@@ -3,14 +3,16 @@ greedy reply, or a prefix of it cut at the last supported sentence, or staff's t
 or the decline; never an edited reply. Bit for bit: every decoded reply's tokens equal greedy decoding's."""
 
 import json
+from dataclasses import replace
 
 import pytest
 
 from cache.records import ANSWERED, CUT, DECLINED, HANDED_OFF, OUTCOMES, STAFF_TEXT
 from chatbot import ChatService, ChatSettings
 from chatbot.figures import sum_figures
-from chatbot.passages import CLOSE_LINE
-from chatbot.shown import DECLINE_MESSAGES
+from chatbot.passages import CLOSE_LINE, Passage
+from chatbot.shown import DECLINE_MESSAGES, offer
+from chatbot.terms import stem
 from data import DATA_DIR
 from decoding import StepWidth, build_engine, load_model
 from tests.chatbot.test_service import CPU_CURVE, MODEL_ID
@@ -116,6 +118,30 @@ def test_a_follow_up_is_retrieved_with_the_question_before_it_even_when_that_was
     alone, after = service.planner.plan(follow_up, [], "s"), service.planner.plan(follow_up, handed_off, "s")
     assert alone.uncovered and not after.uncovered and after.article_id == "trash-and-restore"
     assert not after.history  # the handed-off exchange stays out of the prompt
+
+
+def test_the_prompt_reads_staff_text_before_without_its_frame_and_the_record_keeps_it(service):
+    """The model copied an earlier reply's frame ("I can't confirm more than that. From our help article ...:")
+    with nothing after it: the prompt holds what the frame held, as plain text; the record, what the customer saw."""
+    line = "On the Free plan the largest file you can upload is 1 GB."
+    shown = offer(Passage("article:upload-limits", "File size and upload limits", line), "", cut=True)
+    before = [{"role": "user", "content": "whats the biggest file i can put on the free plan"},
+              {"role": "assistant", "content": f"The largest file depends on your plan.\n\n{shown}"}]
+    planned = service.planner.plan("and on personal?", before, "s")
+    prompt = service.tokenizer.decode(planned.prompt.ids)
+    assert line in prompt and "From our help article" not in prompt and "\n> " not in prompt
+    assert "I can't confirm more than that" not in prompt
+    assert planned.history[-1].content == before[-1]["content"]
+
+
+def test_a_word_of_the_language_is_not_taken_for_a_help_centre_word_that_looks_like_it(service):
+    """Only a typo maps to the help centre's word: a word the model's tokenizer keeps whole is a word ("project" is
+    not "protect", nor "sitting" "setting"); the tokenizer-free vocabulary of the pure-text tests maps them all."""
+    vocabulary = service.planner.words.vocabulary()
+    assert stem("password") in vocabulary.terms("I forgot my pasword")
+    for word, looks_like in (("project", "protect"), ("sitting", "setting"), ("remember", "member"), ("plane", "plan")):
+        assert stem(looks_like) in replace(vocabulary, is_word=lambda word: False).terms(f"my {word}")
+        assert vocabulary.terms(f"my {word}") == [stem(word)]
 
 
 def test_a_new_question_nothing_covers_is_not_answered_from_the_question_before(service):

@@ -7,6 +7,7 @@ embeds the same approved answers, and a batch's vectors are the same every time)
 folder copy.
 """
 
+import math
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -30,9 +31,9 @@ CPU_CURVE = CostCurve(sizes=(1, 2, 4, 8, 16, 32, 64), seconds=(0.075, 0.110, 0.1
 
 @pytest.fixture(scope="module")
 def engine() -> Engine:
-    """The bundled model as the tests serve it (tests/formats.py: the packed forward in the dtype and weights
-    `make run` picks here, 4-wide steps): twice as fast here as transformers' forward in fp32, which
-    test_packed_service_replies_equal_its_greedy_and_say_how_they_ran keeps verifying."""
+    """The bundled model as `make run` serves it here (tests/formats.py: the packed forward in the dtype and
+    weights it picks, 4-wide steps); test_packed_service_replies_equal_its_greedy_and_say_how_they_ran keeps
+    transformers' forward verified."""
     model, tokenizer = load_model(dtype=RUN_DTYPE)
     return build_engine(model, tokenizer, MODEL_ID, StepWidth.parse(4), weights=RUN_WEIGHTS)
 
@@ -97,7 +98,8 @@ def test_exact_repeat_is_served_from_the_cache(service):
     again = service.ask("  Can I get a refund for my   annual plan?  ".strip())
     assert again.stats.exact_hit and again.text == first.text
     # prefill, then the stored answer verified in full-width blocks: every step copies
-    assert again.stats.forward_passes <= 1 + -(-again.stats.tokens // again.stats.step_width)
+    assert again.stats.step_width == 4
+    assert again.stats.forward_passes <= 1 + math.ceil(again.stats.tokens / again.stats.step_width)
     assert again.stats.copied_tokens >= again.stats.tokens - again.stats.forward_passes
     assert service.verify(again.id).identical
 
@@ -203,7 +205,10 @@ def test_hostile_cached_answers_never_change_the_reply(service):
     reply = prompt_reply.ask(question)
     assert reply.stats.references, "the hostile entries should have been retrieved as references"
     stored = service.cache.get_reply(reply.id)
-    assert service.verify(reply.id).identical  # greedy decoding's tokens, bit for bit
+    # greedy decoding's tokens, bit for bit: the engine's step shape and the settings' rule, not the record's
+    steps = service.engine.steps(len(stored.prompt_ids), 32)
+    assert steps.width == 4
+    assert service.greedy(stored.prompt_ids, 32, steps, service.rule).tokens == stored.token_ids
     assert "evil@example.com" not in service.tokenizer.decode(stored.prompt_ids)  # candidates stay out of prompts
     assert "evil@example.com" not in reply.text
 
