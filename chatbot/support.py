@@ -9,7 +9,7 @@ is cut there, never edited, so what is shown stays a prefix of the rule's own gr
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .relevance import both_ways
 from .terms import content_words, stem, stem_pairs, stems
@@ -290,6 +290,15 @@ class CheckedSentence:
     says_yes: bool = False  # it opens with "Yes": read with `reason`, a yes no source gives
 
 
+NOTHING_SAID = "says nothing"
+
+
+def says_nothing(sentence: str) -> bool:
+    """Whether a sentence holds no word that carries meaning ("A:", "Hi there!"): the overlap checks pass it, having
+    nothing to check. The model wrote a whole reply of "A: A: A:" lines after a staff-text reply."""
+    return not [word for word in content_words(LIST_MARK.sub("", sentence)) if len(word) > 1]
+
+
 class ReplyCheck:
     """Checks a growing reply sentence by sentence and says how much of it may be shown.
 
@@ -317,7 +326,14 @@ class ReplyCheck:
                 self.failed = self.checked[-1]
             if self.cut:
                 break
+            if self.enforce and says_nothing(said):
+                continue  # held back until a sentence that says something follows it
             self.shown_end = sentence.end
+        if final and self.enforce and not self.cut and self.checked:
+            if self.shown_end == 0:  # the whole reply says nothing ("A: A: A:"): not an answer
+                self.failed = replace(self.checked[0], reason=NOTHING_SAID)
+            else:
+                self.shown_end = self.checked[-1].end
         return self.shown_end
 
     @property

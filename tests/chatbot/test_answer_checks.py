@@ -633,6 +633,24 @@ def test_record_mode_checks_every_sentence_and_cuts_nothing():
     assert [bool(s.reason) for s in check.checked] == [False, True]
 
 
+def test_a_reply_that_says_nothing_is_not_an_answer_and_words_without_meaning_wait_for_one_with_it():
+    """The model wrote a whole reply of "A: A: A:" lines, which every overlap check passed: it is not shown as an
+    answer. A sentence without meaning ("Hi there!") is shown once a sentence that says something follows it."""
+    sources = Sources([ARTICLES["sharing-links"]])
+    passage = Passage("article:sharing-links", "Share files with a link", "Anyone with the link can open it.")
+    nothing = "A: A: A: A:\nA: A: A\nA:\n\nA: A:"
+    check = ReplyCheck(sources, 0.6)
+    assert check.feed(nothing, final=False) == 0
+    check.feed(nothing, final=True)
+    shown = shown_after_check(nothing, check, passage, "Please contact our support team.")
+    assert check.cut and check.failed.reason == "says nothing"
+    assert shown.outcome == STAFF_TEXT and shown.model_text == ""
+    reply = "Hi there! Anyone with the link can open it. Thanks!"
+    check = ReplyCheck(sources, 0.6)
+    assert check.feed("Hi there! Anyone", final=False) == 0  # held back: nothing said yet
+    assert check.feed(reply, final=True) == len(reply) and not check.cut
+
+
 def test_a_reply_that_opens_with_a_yes_no_source_gives_is_handed_off_not_given_a_passage():
     passage = Passage("article:mobile-app", "Get the Nimbus Drive mobile app", "The app is free on every plan.")
     sources = Sources([ARTICLES["mobile-app"]])
