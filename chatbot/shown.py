@@ -37,6 +37,11 @@ DEPARTED_NOTICE = ("Only {share:.0%} of this reply follows the answer our suppor
                    "the rest the assistant wrote on its own, and it may be wrong.")
 
 
+# The heads of staff's text shown as such (`offer`), which `without_frames` takes off again.
+CUT_LEAD = "I can't confirm more than that. "
+WORKED_FROM, QUOTED_FROM, ANSWER_OF = "Worked out from our", "From our", "Our support team's answer to"
+
+
 @dataclass(frozen=True)
 class Shown:
     """The two parts of what the customer reads, which of OUTCOMES that is, and the check that decided it."""
@@ -79,23 +84,23 @@ def offer(passage: Passage | None, handoff_message: str, cut: bool) -> str:
     hand-off message."""
     if passage is None:
         return handoff_message
-    lead = "I can't confirm more than that. " if cut else ""
+    lead = CUT_LEAD if cut else ""
     quoted = "\n".join(f"> {line}" for line in passage.text.splitlines())
     title, also = " ".join(passage.title.split()), " ".join(passage.also.split())  # a question asked in two lines
     articles = (f"help articles \u201c{title}\u201d and \u201c{also}\u201d" if also
                 else f"help article \u201c{title}\u201d")
     if passage.worked:
-        return f"{lead}Worked out from our {articles}: {passage.worked}\n\n{quoted}"
+        return f"{lead}{WORKED_FROM} {articles}: {passage.worked}\n\n{quoted}"
     if passage.source.startswith("answer:"):
-        return f"{lead}Our support team's answer to \u201c{title}\u201d:\n\n{quoted}"
-    return f"{lead}From our {articles}:\n\n{quoted}"
+        return f"{lead}{ANSWER_OF} \u201c{title}\u201d:\n\n{quoted}"
+    return f"{lead}{QUOTED_FROM} {articles}:\n\n{quoted}"
 
 
 # The frame `offer` puts around staff's text: its lead line and the quote marks.
+_TITLES = r"help articles? \u201c[^\n]*?\u201d(?: and \u201c[^\n]*?\u201d)?"
 _OFFER_LEAD = re.compile(
-    r"^(?:I can't confirm more than that\. )?(?:Worked out from our help articles? \u201c[^\n]*?\u201d"
-    r"(?: and \u201c[^\n]*?\u201d)?: |(?:From our help articles? \u201c[^\n]*\u201d"
-    r"|Our support team's answer to \u201c[^\n]*\u201d):$)", re.MULTILINE)
+    rf"^(?:{re.escape(CUT_LEAD)})?(?:{WORKED_FROM} {_TITLES}: |(?:{QUOTED_FROM} {_TITLES}"
+    rf"|{re.escape(ANSWER_OF)} \u201c[^\n]*\u201d):$)", re.MULTILINE)
 _QUOTE = re.compile(r"^> ?", re.MULTILINE)
 
 

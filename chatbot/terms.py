@@ -101,6 +101,11 @@ def stem_pairs(text: str) -> set[tuple[str, str]]:
     return pairs
 
 
+def no_word_known(word: str) -> bool:
+    """Without a tokenizer's words: every unknown word may be a typo."""
+    return False
+
+
 @dataclass
 class Vocabulary:
     """Document frequencies of the help centre's stems (each article, each approved answer a document)."""
@@ -111,10 +116,10 @@ class Vocabulary:
     text: str = ""  # all of it, lowered, one space between words: for the names it mentions ("google drive")
     # Whether a word is a word of the language, not a typo: a word the help centre does not use is then not taken for
     # one it does ("project" for "protect", "sitting" for "setting", "remember" for "member").
-    is_word: Callable[[str], bool] = field(default=lambda word: False, repr=False, compare=False)
+    is_word: Callable[[str], bool] = field(default=no_word_known, repr=False, compare=False)
 
     @classmethod
-    def of(cls, texts: Iterable[str], is_word: Callable[[str], bool] = lambda word: False) -> "Vocabulary":
+    def of(cls, texts: Iterable[str], is_word: Callable[[str], bool] = no_word_known) -> "Vocabulary":
         frequency: dict[str, int] = {}
         surface: dict[str, str] = {}
         count, lowered = 0, []
@@ -166,5 +171,5 @@ def whole_words(tokenizer: "PreTrainedTokenizerBase") -> Callable[[str], bool]:
 
     if not is_word("account") or is_word("pasword"):
         logger.warning("the tokenizer does not keep English words whole: every unknown word may be a typo")
-        return lambda word: False
+        return no_word_known
     return is_word
