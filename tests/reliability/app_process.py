@@ -18,6 +18,7 @@ import httpx
 
 from cache.embedder import MODEL_NAME as EMBEDDING_BUNDLED
 from decoding.hardware import cpu_features
+from decoding.lane_kernel import ISA_VARIABLE
 from decoding.weights import q4_refusal
 from tests.threads import TEST_THREADS
 
@@ -73,7 +74,9 @@ def free_port() -> int:
 def launch(data_dir: Path, log: Path, max_new_tokens: int = 16, **extra_env: str) -> App:
     """Start app.py in its own process group without waiting for it; output goes to `log`."""
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CHATBOT_")}
+    # The app's settings are the test's; the kernel hold (CHATBOT_KERNEL_ISA) is the machine's, as
+    # ATEN_CPU_CAPABILITY is: a run held to AVX2 holds its app processes too.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CHATBOT_") or k == ISA_VARIABLE}
     env.update({
         "CHATBOT_DATA_DIR": str(data_dir), "CHATBOT_PORT": str(port), "CHATBOT_MAX_NEW_TOKENS": str(max_new_tokens),
         "CHATBOT_THREADS": str(TEST_THREADS), "GRADIO_ANALYTICS_ENABLED": "False",

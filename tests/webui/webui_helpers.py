@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cache.embedder import MODEL_NAME as EMBEDDING_BUNDLED
+from decoding.lane_kernel import ISA_VARIABLE
 from tests.threads import TEST_THREADS
 
 REPO = Path(__file__).resolve().parents[2]
@@ -37,7 +38,9 @@ def server_env(data_dir: Path, **extra: str) -> dict[str, str]:
     a fresh data folder, the bundled MiniLM (the default mpnet seeds the help centre in ~30 s a start; it is
     tested in tests/chatbot/test_embedding_model.py), no prompt warm-up (half a minute of both cores after every
     start, beside the tests; tested in tests/chatbot/test_concurrency.py)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CHATBOT_")}
+    # The app's settings are the test's; the kernel hold (CHATBOT_KERNEL_ISA) is the machine's, as
+    # ATEN_CPU_CAPABILITY is: a run held to AVX2 holds its app processes too.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CHATBOT_") or k == ISA_VARIABLE}
     env.update({"CHATBOT_DATA_DIR": str(data_dir), "CHATBOT_MAX_NEW_TOKENS": "32",
                 "CHATBOT_THREADS": str(TEST_THREADS), "CHATBOT_EMBEDDING_MODEL": EMBEDDING_BUNDLED,
                 "CHATBOT_WARM_PREFIXES": "false", **extra})
