@@ -82,15 +82,18 @@ def test_the_lane_head_is_chosen_where_bf16_is_emulated_and_recorded(monkeypatch
     emulated = PackedLlama(model, weights="q4")
     assert emulated.packing.lane_head and emulated.prefill_weights == "q4"
     assert emulated.decode_part.head is emulated.prompt_part.head  # one head for steps and prompts
-    monkeypatch.setattr("decoding.packing.onednn_has_bf16", lambda: True)
+    # Native bf16 as the packing decides it; what packs the dense weights stays this CPU's (oneDNN refuses bf16
+    # where it has no bf16 kernels, as on an AVX2 CPU or one held to AVX2).
+    monkeypatch.undo()
+    monkeypatch.setattr("decoding.packing.bf16_emulated", lambda weights, dtype: False)
     assert not PackedLlama(model, weights="q4").packing.lane_head
     assert not PackedLlama(model, weights="int8", lane_kernel=True).packing.lane_head
-    monkeypatch.setattr("decoding.packing.onednn_has_bf16", lambda: False)
+    monkeypatch.setattr("decoding.packing.bf16_emulated", lambda weights, dtype: weights == "q4")
     odd = make_tiny_model("llama", torch.bfloat16, seed=2, vocab_size=170)  # not in 16s: PyTorch's head, no refusal
     assert not PackedLlama(odd, weights="q4").packing.lane_head
     with pytest.raises(ValueError, match="outputs in 16s"):
         PackedLlama(odd, weights="q4", lane_head=True)
-    monkeypatch.setattr("decoding.packing.onednn_has_bf16", lambda: True)
+    monkeypatch.setattr("decoding.packing.bf16_emulated", lambda weights, dtype: False)
     own = PackedLlama(model, weights="q4", lane_head=True)  # as Verify rebuilds a reply's packing
     assert own.packing.lane_head and own.decode_part.head.data.shape == (model.lm_head.weight.shape[0] // 16,
                                                                            model.lm_head.weight.shape[1] * 16)
