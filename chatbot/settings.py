@@ -7,7 +7,7 @@ from cache.embedder import DTYPES as EMBEDDING_DTYPES
 from cache.embedder import MODEL_NAME as EMBEDDING_BUNDLED
 from cache.embedder import model_of
 from decoding import RECOMMENDED_REPETITION_RULE, RepetitionRule
-from decoding.hardware import cpu_features
+from decoding.hardware import native_bf16
 
 from .grounding import GroundingPolicy
 from .prompt import DEFAULT_SYSTEM_PROMPT, LAYOUTS
@@ -191,8 +191,8 @@ class ChatSettings:
 
 
 def embedding_dtype_for(setting: str) -> str:
-    """"auto" is bfloat16 where the CPU multiplies bf16 natively (AVX512-BF16 or AMX), else float32; "float32"
-    and "bfloat16" are taken as said."""
+    """"auto" is bfloat16 where the CPU multiplies bf16 natively (AVX512-BF16 or AMX: native_bf16), else float32;
+    "float32" and "bfloat16" are taken as said."""
     if setting == "auto":
-        return "bfloat16" if cpu_features().has_bf16 else "float32"
+        return "bfloat16" if native_bf16() else "float32"
     return setting

@@ -46,6 +46,13 @@ def onednn_has_bf16() -> bool:
     return torch.backends.mkldnn.is_available() and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
+def native_bf16(features: CpuFeatures | None = None) -> bool:
+    """Whether bf16 products run natively on this CPU: it has the flags and PyTorch's products (oneDNN) use them,
+    which they do not where they are held to a lower instruction set (ONEDNN_MAX_CPU_ISA=AVX2, what a CPU without
+    AVX-512 runs): the choices that follow from it are then that CPU's."""
+    return (features or cpu_features()).has_bf16 and onednn_has_bf16()
+
+
 def device_name(device: torch.device | str) -> str:
     """The GPU's name on CUDA (e.g. "NVIDIA H200"), else the processor's: what a reply or a timing ran on."""
     device = torch.device(device)
@@ -84,7 +91,7 @@ def pick_dtype(setting: str, device: torch.device | str, integer_weights: bool =
     if torch.device(device).type == "cuda":
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32
     features = cpu_features()
-    return torch.bfloat16 if features.has_bf16 or (integer_weights and "avx2" in features.flags) else torch.float32
+    return torch.bfloat16 if native_bf16(features) or (integer_weights and "avx2" in features.flags) else torch.float32
 
 
 def _field(line: str) -> tuple[str, str]:

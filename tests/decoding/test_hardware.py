@@ -3,7 +3,9 @@
 import pytest
 import torch
 
+from chatbot.settings import embedding_dtype_for
 from decoding import CpuFeatures, cpu_features, hardware, packing, pick_device, pick_dtype
+from decoding.hardware import native_bf16
 
 AMD_AVX2 = "processor\t: 0\nmodel name\t: AMD EPYC 7B12\nflags\t\t: fpu sse2 avx2 fma\n"
 XEON_AMX = "model name\t: Intel Xeon Platinum 8481C\nflags\t\t: avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n"
@@ -21,7 +23,7 @@ def test_cpu_features_name_the_processor_and_its_bf16_flags(tmp_path):
 def test_pick_dtype():
     assert pick_dtype("float32", "cpu") == torch.float32
     assert pick_dtype("bfloat16", "cpu") == torch.bfloat16
-    assert pick_dtype("auto", "cpu") == (torch.bfloat16 if cpu_features().has_bf16 else torch.float32)
+    assert pick_dtype("auto", "cpu") == (torch.bfloat16 if native_bf16() else torch.float32)
     with pytest.raises(ValueError):
         pick_dtype("float16", "cpu")
 
@@ -52,3 +54,17 @@ def test_q4_steps_prefill_in_q4_where_bf16_products_are_emulated(monkeypatch):
         assert packing.prompt_weights("q4", torch.bfloat16) == ("dense" if native else "q4")
         assert packing.prompt_weights("int8", torch.bfloat16) == "dense"
         assert packing.prompt_weights("dense", torch.float32) == "dense"
+
+
+def test_bf16_is_native_only_where_pytorchs_products_use_it(monkeypatch, tmp_path):
+    """A CPU with AVX512-BF16 whose oneDNN is held to AVX2 (ONEDNN_MAX_CPU_ISA) multiplies bf16 as an AVX2 CPU
+    does, emulated: dense weights and the embedder then stay in float32 there too."""
+    (tmp_path / "xeon").write_text(XEON_AMX)
+    xeon = cpu_features(tmp_path / "xeon")
+    monkeypatch.setattr(hardware, "cpu_features", lambda: xeon)
+    for held in (False, True):
+        monkeypatch.setattr(hardware, "onednn_has_bf16", lambda held=held: not held)
+        assert native_bf16() is not held
+        assert pick_dtype("auto", "cpu") == (torch.float32 if held else torch.bfloat16)
+        assert pick_dtype("auto", "cpu", integer_weights=True) == torch.bfloat16
+        assert embedding_dtype_for("auto") == ("float32" if held else "bfloat16")
