@@ -149,6 +149,9 @@ _OWN_RECORDS = re.compile(
     r"|\b(?:can|could|would|will)\s+(?:you|u|someone|support|your team)\s+(?:please\s+|pls\s+|just\s+)?"
     r"(?:extend|bump|raise|increase|lift|boost|waive|move|check)\b[^.?!]{0,40}\b(?:trial|limit|quota|charge|"
     r"billing date|renewal|logs?)\b|\blook\s+(?:it|that|this)\s+up\b"
+    # ... "our trial ends tomorrow, can u extend it": the thing named before the ask
+    r"|\b(?:trial|limit|quota)\b[^?!]{0,80}\b(?:can|could|would|will)\s+(?:you|u|someone|support|your team)\s+"
+    r"(?:please\s+|pls\s+|just\s+)?(?:extend|bump|raise|increase|lift|boost|waive)\s+(?:it|that|this|ours?)\b"
     # ... or names the account by its e-mail address ("my account is dan@gmail.com", "the account of sarah@..."): a
     # message that hands over an address asks staff to look at or act on that account. Of every eval set's questions,
     # the 40 that give an address other than Nimbus's own are all for staff.

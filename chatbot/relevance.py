@@ -19,7 +19,8 @@ from .terms import DIRECTION_WORDS, STOPWORDS, Vocabulary, content_words, stem, 
 # names is about another company's product. Tools customers mention in passing ("my gmail", "on my iPhone") are
 # words like any other.
 PRODUCTS = ("dropbox", "google drive", "onedrive", "icloud", "box.com", "sharepoint", "wetransfer", "mega.nz",
-            "pcloud", "sync.com", "tresorit", "idrive", "backblaze", "mediafire")
+            "pcloud", "sync.com", "tresorit", "idrive", "backblaze", "mediafire", "time machine", "carbonite",
+            "crashplan", "acronis")
 # Devices and platforms an app could run on: one the help centre never names is one it has no app for, and the
 # nearest answer (the phone app's) would say yes ("is there a nimbus app for my samsung smart tv").
 PLATFORMS = ("smart tv", "apple tv", "android tv", "fire tv", "fire stick", "firestick", "roku", "chromecast",
@@ -52,7 +53,7 @@ OPPOSITES = (
     ((*SWITCHES[0], "activate", "set up", "setup"),
      (*SWITCHES[1], "deactivate", "don't want", "no longer want", "get rid of", "stop uploading", "stop syncing",
       "stop backing up", "from uploading", "from syncing", "from backing up")),
-    (("add", "invite"), ("remove", "delete", "kick")),
+    (("add", "invite"), ("remove", "delete", "kick", "take off")),  # "take her off our team", "take it off"
     (("start", "begin", "resume"), ("stop", "pause", "end")),
     (("show", "unhide"), ("hide",)),
     (("cancel", "downgrade", "down to"), ("restore", "reactivate", "renew", "upgrade")),
