@@ -152,6 +152,10 @@ _OWN_RECORDS = re.compile(
     # ... "our trial ends tomorrow, can u extend it": the thing named before the ask
     r"|\b(?:trial|limit|quota)\b[^?!]{0,80}\b(?:can|could|would|will)\s+(?:you|u|someone|support|your team)\s+"
     r"(?:please\s+|pls\s+|just\s+)?(?:extend|bump|raise|increase|lift|boost|waive)\s+(?:it|that|this|ours?)\b"
+    # ... "can u give us another week": more time granted
+    r"|\b(?:can|could|would|will)\s+(?:you(?:\s+guys)?|u|someone|support|your team)\s+(?:please\s+|pls\s+|just\s+)?"
+    r"(?:give|grant|allow)\s+(?:us|me|our team|them)\s+(?:an?\s+|one\s+|\d+\s+|a\s+few\s+|a\s+couple\s+(?:of\s+)?)?"
+    r"(?:another|extra|more|additional)\s+(?:\w+\s+)?(?:days?|weeks?|months?)\b"
     # ... or names the account by its e-mail address ("my account is dan@gmail.com", "the account of sarah@..."): a
     # message that hands over an address asks staff to look at or act on that account. Of every eval set's questions,
     # the 40 that give an address other than Nimbus's own are all for staff.

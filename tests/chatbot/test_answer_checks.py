@@ -76,6 +76,10 @@ def test_the_opposite_action_is_not_answered_by_the_action():
                           whole_text=False) == ("remove", "update")
     assert swapped_action("disconnect the slack integration pls", "How do I connect Nimbus Drive to Slack?",
                           whole_text=False) == ("disconnect", "connect")
+    assert swapped_action("the password on my shared link is annoying my clients, how do i take it off",
+                          "Can I add a password to a shared link?", whole_text=False) == ("take off", "add")
+    assert swapped_action("an intern left, how do i take him off our team", "How do I remove someone from my team?",
+                          whole_text=False) is None
     device_limit = approved("Why does the app say device limit reached?")
     assert check_source("trying to connect my new laptop but it says device limit reached", device_limit["answer"],
                         VOCABULARY, COVERAGE, 0.9, source_question=device_limit["question"]).answers
@@ -104,6 +108,10 @@ def test_a_product_the_help_centre_never_names_fails_every_source():
     assert "google drive" in check_source("my google drive desktop app keeps saying unable to sync", sync, VOCABULARY,
                                           COVERAGE, 0.9).reason  # "Google" and "Drive" alone it uses
     phone_app = approved("Is there a Nimbus Drive app for iPhone and Android?")
+    install = approved("How do I install the Nimbus Drive desktop app?")
+    verdict = check_answer("how do i install nimbus on my mac\nok and can i point time machine at my nimbus folder",
+                           install)
+    assert not verdict.answers and "time machine" in verdict.reason
     for asked in ("is there a nimbus app for my samsung smart tv so i can play my videos on it",
                   "can i get nimbus on my chromebook?"):
         verdict = check_answer(asked, phone_app)
@@ -471,11 +479,15 @@ def test_questions_about_the_customer_s_own_records_are_told_from_how_to_questio
     # ... or asks staff to change or look into them
     assert own_records("our trial runs out on thursday and my manager is away. could you extend it, the trial?")
     assert own_records("can u raise our storage limit for a month, big project")
+    assert own_records("our team trial ends tomorrow, can u extend it another 2 weeks?")
+    assert own_records("our free trial on team runs out tomorrow, can u give us another week?")
+    assert own_records("could you guys give us 2 more weeks")
     assert own_records("why did my bill go up? my login is sam@example.org, look it up")
     for how_to in ("where do i find my invoices?", "I was charged $8 twice this month", "which plan has 2TB?",
                    "what email address do invoices go to?", "how do I check my storage?", "a 25 GB file on Team",
                    "how long is the team trial?", "can i raise the upload limit by upgrading?",
-                   "can you change the plan from the app?"):
+                   "can you change the plan from the app?", "how long is the trial? can i extend it myself?",
+                   "can you give us more storage on the free plan"):
         assert not own_records(how_to), how_to
 
 
