@@ -179,7 +179,7 @@ _FOLLOW_UP_OPENING = re.compile(r"^\s*(?:and|ok(?:ay)?|so|but|also|then|what abo
 # "Also, ..." adds a question of its own more often than it continues the one before: a long one leans back only by
 # what it says ("also, can they edit it?"), not by its opening.
 _ADDED_QUESTION = re.compile(r"^\s*also\b", re.I)
-_FOLLOW_UP = re.compile(rf"{_FOLLOW_UP_OPENING.pattern}|\b(?:it|that|this|those|these|they|them|there)\b", re.I)
+_LEANING_WORD = re.compile(r"\b(?:it|that|this|those|these|they|them|there)\b", re.I)
 
 
 def decline_reason(question: str) -> str:
@@ -216,8 +216,12 @@ def needs_sum(question: str) -> bool:
 
 
 def reads_as_follow_up(message: str) -> bool:
-    """True for a short message that leans on the one before it ("and on Personal?", "how long does that take")."""
-    return len(message.split()) <= 12 and bool(_FOLLOW_UP.search(message))
+    """True for a short message that leans on the one before it ("and on Personal?", "how long does that take"); one
+    that opens with "also" only by what it says ("also can they edit it?", not "also any nonprofit discount?")."""
+    if len(message.split()) > 12:
+        return False
+    return bool(_LEANING_WORD.search(message)) or (bool(_FOLLOW_UP_OPENING.match(message))
+                                                   and not _ADDED_QUESTION.match(message))
 
 
 def changes_subject(message: str) -> bool:

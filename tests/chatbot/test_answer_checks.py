@@ -505,6 +505,9 @@ def test_questions_about_the_service_s_state_right_now_are_told_from_how_to_ques
 def test_follow_ups_are_told_from_new_questions():
     assert reads_as_follow_up("and on Personal?") and reads_as_follow_up("ok how long does that take")
     assert not reads_as_follow_up("How do I restore a file I deleted from the trash last week?")
+    # "also" opens a question of its own unless the message leans back by what it says
+    assert not reads_as_follow_up("also do you guys do a discount for nonprofits?")
+    assert reads_as_follow_up("also can they edit it?")
 
 
 def test_sentences_end_at_a_newline_or_a_stop_not_at_a_list_number():
