@@ -139,6 +139,8 @@ _ASKS_AMOUNT = re.compile(r"\?|\b(?:how much|total|what(?:'s| is| would| will| d
 # A question about the customer's own records, which only staff can look up or change: an invoice, order or
 # ticket number, or "which e-mail did I use", "check my account". The help centre answers how things work, never
 # what one account holds, and the nearest how-to is not an answer to it.
+# Staff asked to do something for the account: "can you", "could someone please".
+_STAFF_ASKED = r"\b(?:can|could|would|will)\s+(?:you|u|someone|support|your team)\s+(?:please\s+|pls\s+|just\s+)?"
 _OWN_RECORDS = re.compile(
     r"\b(?:NMB|INV|ORD)-?\d{3,}\b|#\s?\d{3,}\b"
     r"|\b(?:order|invoice|ticket|case|receipt|transaction)\s+(?:number\s+|no\.?\s*|#\s*)?[A-Z0-9-]*\d{4,}\b"
@@ -146,12 +148,11 @@ _OWN_RECORDS = re.compile(
     r"|\b(?:look\s+up|look\s+into|check|pull\s+up)\s+my\s+(?:account|order|invoice|payment|subscription|ticket|case)\b"
     r"|\bcan\s+(?:you|someone|support)\s+(?:see|check|tell\s+me)\s+(?:which|what|if|whether|why)\b"
     # ... or that staff change or look into them: "can you extend our trial", "bump our api rate limit", "look it up"
-    r"|\b(?:can|could|would|will)\s+(?:you|u|someone|support|your team)\s+(?:please\s+|pls\s+|just\s+)?"
-    r"(?:extend|bump|raise|increase|lift|boost|waive|move|check)\b[^.?!]{0,40}\b(?:trial|limit|quota|charge|"
+    rf"|{_STAFF_ASKED}(?:extend|bump|raise|increase|lift|boost|waive|move|check)\b[^.?!]{{0,40}}\b(?:trial|limit|quota|charge|"
     r"billing date|renewal|logs?)\b|\blook\s+(?:it|that|this)\s+up\b"
     # ... "our trial ends tomorrow, can u extend it": the thing named before the ask
-    r"|\b(?:trial|limit|quota)\b[^?!]{0,80}\b(?:can|could|would|will)\s+(?:you|u|someone|support|your team)\s+"
-    r"(?:please\s+|pls\s+|just\s+)?(?:extend|bump|raise|increase|lift|boost|waive)\s+(?:it|that|this|ours?)\b"
+    rf"|\b(?:trial|limit|quota)\b[^?!]{{0,80}}{_STAFF_ASKED}"
+    r"(?:extend|bump|raise|increase|lift|boost|waive)\s+(?:it|that|this|ours?)\b"
     # ... "can u give us another week": more time granted
     r"|\b(?:can|could|would|will)\s+(?:you(?:\s+guys)?|u|someone|support|your team)\s+(?:please\s+|pls\s+|just\s+)?"
     r"(?:give|grant|allow)\s+(?:us|me|our team|them)\s+(?:an?\s+|one\s+|\d+\s+|a\s+few\s+|a\s+couple\s+(?:of\s+)?)?"
