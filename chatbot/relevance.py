@@ -49,10 +49,15 @@ SWITCHES = (("turn on", "switch on", "enable"),
 _SWITCHED = ("activate", "deactivate", "resume", "connect", "disconnect")  # not "pause": "uploads pause when full"
 _DEVICE_SWITCH = re.compile(r" (?:turn|switch)\w* (?:on |off )?(?:my |the |our |it )?"
                             r"(?:laptop|phone|computer|desktop|pc|mac|ipad|tablet|wifi|router|device)s? ")
+# What a customer stops where the help centre switches it on ("stop camera uploads" is not answered by the turn-on
+# steps); "stop" alone is looser ("stop the link working", "stop paying for her seat").
+_STOPPED_PROCESS = tuple(f"stop {the}{what}" for the in ("", "the ", "my ", "all ")
+                         for what in ("uploading", "syncing", "backing up", "uploads", "camera uploads",
+                                      "photo uploads", "auto uploads", "auto upload", "sync", "backups", "backup"))
 OPPOSITES = (
     ((*SWITCHES[0], "activate", "set up", "setup"),
-     (*SWITCHES[1], "deactivate", "don't want", "no longer want", "get rid of", "stop uploading", "stop syncing",
-      "stop backing up", "from uploading", "from syncing", "from backing up")),
+     (*SWITCHES[1], "deactivate", "don't want", "no longer want", "get rid of", *_STOPPED_PROCESS,
+      "from uploading", "from syncing", "from backing up")),
     (("add", "invite"), ("remove", "delete", "kick", "take off")),  # "take her off our team", "take it off"
     (("start", "begin", "resume"), ("stop", "pause", "end")),
     (("show", "unhide"), ("hide",)),

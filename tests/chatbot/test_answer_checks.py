@@ -80,6 +80,12 @@ def test_the_opposite_action_is_not_answered_by_the_action():
                           "Can I add a password to a shared link?", whole_text=False) == ("take off", "add")
     assert swapped_action("an intern left, how do i take him off our team", "How do I remove someone from my team?",
                           whole_text=False) is None
+    camera = approved("How do I back up my phone photos automatically?")
+    assert swapped_action("how do i stop camera uploads from eating my data", camera["answer"],
+                          whole_text=False) == ("stop camera uploads", "turn on")
+    assert swapped_action("how do i stop camera uploads from eating my data", ARTICLES["camera-uploads"],
+                          whole_text=True) == ("stop camera uploads", "turn on")
+    assert swapped_action("i want the link to stop working next week", camera["answer"], whole_text=False) is None
     device_limit = approved("Why does the app say device limit reached?")
     assert check_source("trying to connect my new laptop but it says device limit reached", device_limit["answer"],
                         VOCABULARY, COVERAGE, 0.9, source_question=device_limit["question"]).answers
