@@ -25,7 +25,8 @@ PRODUCTS = ("dropbox", "google drive", "onedrive", "icloud", "box.com", "sharepo
 # nearest answer (the phone app's) would say yes ("is there a nimbus app for my samsung smart tv").
 PLATFORMS = ("smart tv", "apple tv", "android tv", "fire tv", "fire stick", "firestick", "roku", "chromecast",
              "xbox", "playstation", "nintendo", "kindle", "apple watch", "smartwatch", "wear os", "chromebook",
-             "chrome os", "chromeos", "blackberry", "windows phone", "carplay", "android auto")
+             "chrome os", "chromeos", "blackberry", "windows phone", "carplay", "android auto", "nas", "synology",
+             "qnap", "truenas", "unraid", "raspberry pi")
 # An offering the question asks for by a word the help centre never uses ("is there a family plan", "do you have a
 # lifetime deal", "is there a dark mode", "a chrome extension"): Nimbus has no such thing, and the nearest answer
 # (the plans list, the app's install steps) would read as yes. Words that

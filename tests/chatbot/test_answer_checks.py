@@ -118,9 +118,10 @@ def test_a_product_the_help_centre_never_names_fails_every_source():
     verdict = check_answer("how do i install nimbus on my mac\nok and can i point time machine at my nimbus folder",
                            install)
     assert not verdict.answers and "time machine" in verdict.reason
-    for asked in ("is there a nimbus app for my samsung smart tv so i can play my videos on it",
-                  "can i get nimbus on my chromebook?"):
-        verdict = check_answer(asked, phone_app)
+    for asked, answer in (("is there a nimbus app for my samsung smart tv so i can play my videos on it", phone_app),
+                          ("can i get nimbus on my chromebook?", phone_app),
+                          ("can i install the sync app on my synology nas", install)):
+        verdict = check_answer(asked, answer)
         assert not verdict.answers and "which the help centre never does" in verdict.reason, asked
     assert check_source("is there a nimbus app for my android phone?", phone_app["answer"], VOCABULARY, COVERAGE,
                         0.9, source_question=phone_app["question"]).answers
