@@ -212,9 +212,14 @@ def unsupported_step(sentence: str, sources: Sources) -> str:
     if not numbered or numbered.group(1) not in sources.steps:
         return ""
     number, step = numbered.groups()
-    if sources.holds(step.strip().rstrip(".")):  # a source's own words, numbered: "2. Click Revoke next to the key"
+    said, steps = step.strip().rstrip("."), sources.steps[number]
+    # A source's step under another number, where no source's step of this number says it, renumbers the source's
+    # steps: the model left one out ("3. Click Save" after step 2, the password step gone) or put one in.
+    moved = [at for at, others in sources.steps.items() if at != number and others.holds(said)]
+    if moved and not steps.holds(said):
+        return f"step {number} says step {moved[0]}'s words"
+    if sources.holds(said):  # a source's own words, numbered: "2. Click Revoke next to the key"
         return ""
-    steps = sources.steps[number]
     for control in map(_control_name, _CONTROL.findall(step)):
         if not steps.holds(control):
             return f"step {number} uses {control!r}"

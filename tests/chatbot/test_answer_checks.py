@@ -614,6 +614,14 @@ def test_a_numbered_step_keeps_its_own_action():
     access = Sources([approved("How do I remove someone's access to a shared folder?")["answer"],
                       ARTICLES["share-with-people"]])
     assert not check_sentence("3. Choose Delete, or pick a new permission such as Can view.", access, 0.0).supported
+    # A source's step renumbered: the model left out the step the customer asked about (the password one).
+    password = Sources([approved("Can I add a password to a shared link?")["answer"], ARTICLES["protect-shared-links"]])
+    verdict = check_sentence("3. Click Save.", password, 0.0)
+    assert not verdict.supported and "step 3 says step 4's words" in verdict.reason, verdict
+    assert check_sentence("4. Click Save.", password, 0.0).supported
+    assert check_sentence("5. Click Save.", password, 0.0).supported  # the article's numbering
+    assert check_sentence("3. Turn on Require password and type a password of at least 8 characters.", password,
+                          0.0).supported
 
 
 def test_a_word_in_capitals_must_be_a_source_s_or_the_customer_s():
@@ -671,6 +679,21 @@ def test_a_reply_that_says_nothing_is_not_an_answer_and_words_without_meaning_wa
     check = ReplyCheck(sources, 0.6)
     assert check.feed("Hi there! Anyone", final=False) == 0  # held back: nothing said yet
     assert check.feed(reply, final=True) == len(reply) and not check.cut
+
+
+def test_a_cut_reply_that_is_the_passage_s_own_beginning_shows_the_passage_alone():
+    """The model copied the approved answer and left a step out: what it kept is the answer's beginning, which the
+    answer shown whole after it would only repeat."""
+    answer = approved("Can I add a password to a shared link?")
+    passage = Passage(f"answer:{answer['group']}", answer["question"], answer["answer"])
+    kept = answer["answer"].split("\n3. ")[0]
+    for reply, outcome in ((f"{kept}\n3. Click Save.", STAFF_TEXT), (f"Hi!\n{kept}\n3. Click Save.", CUT)):
+        check = ReplyCheck(Sources([answer["answer"]]), 0.6)
+        check.feed(reply, final=True)
+        shown = shown_after_check(reply, check, passage, "Please contact our support team.")
+        assert check.cut and shown.outcome == outcome, shown
+        assert shown.text.count("Open the file or folder") == (1 if outcome == STAFF_TEXT else 2)
+        assert "Require password" in shown.staff_text
 
 
 def test_a_reply_that_opens_with_a_yes_no_source_gives_is_handed_off_not_given_a_passage():
