@@ -180,7 +180,7 @@ _FOLLOW_UP_OPENING = re.compile(r"^\s*(?:and|ok(?:ay)?|so|but|also|then|what abo
 # "Also, ..." adds a question of its own more often than it continues the one before: a long one leans back only by
 # what it says ("also, can they edit it?"), not by its opening.
 _ADDED_QUESTION = re.compile(r"^\s*also\b", re.I)
-_LEANING_WORD = re.compile(r"\b(?:it|that|this|those|these|they|them|there)\b", re.I)
+_LEANING_WORD = re.compile(r"\b(?:it|that|this|those|these|they|them|there|tho|though)\b", re.I)
 
 
 def decline_reason(question: str) -> str:

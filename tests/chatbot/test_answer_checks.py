@@ -515,6 +515,7 @@ def test_follow_ups_are_told_from_new_questions():
     # "also" opens a question of its own unless the message leans back by what it says
     assert not reads_as_follow_up("also do you guys do a discount for nonprofits?")
     assert reads_as_follow_up("also can they edit it?")
+    assert reads_as_follow_up("im on the free plan tho") and reads_as_follow_up("on a mac though")
 
 
 def test_sentences_end_at_a_newline_or_a_stop_not_at_a_list_number():
