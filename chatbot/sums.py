@@ -17,7 +17,7 @@ _COUNT = (r"(?<![\w.,-])(\d{1,3}(?:,\d{3})+|\d{1,6}|" + "|".join(_WORDS) + r")"
 _USERS = re.compile(rf"{_COUNT}\s+(?:people|ppl|persons?|users?|seats?|members?|employees|staff|colleagues|"
                     rf"licen[cs]es?|of us|accounts|founders?|partners?|owners?|admins?|managers?|designers?|"
                     rf"developers?|engineers?|interns?|contractors?|freelancers?|volunteers?|guys|folks)\b"
-                    rf"|\bteam of {_COUNT}|{_COUNT}[- ]person\b|\bwe(?:'re| are) {_COUNT}", re.I)
+                    rf"|\bteam of {_COUNT}|{_COUNT}[- ]person\b|\bwe(?:'re| are) {_COUNT}|\bus {_COUNT}\b", re.I)
 # Two people named as the customer and one other ("me and my business partner").
 _PAIR = re.compile(r"\b(?:me|i) and my (?:\w+ )?(?:partner|wife|husband|cofounder|co-founder|colleague|co-?worker|"
                    r"friend|brother|sister|boss|assistant|associate)\b", re.I)

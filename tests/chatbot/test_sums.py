@@ -39,6 +39,7 @@ PLANS = frozenset({"free", "personal", "team", "enterprise"})  # the price list'
     ("team for 8 ppl, yearly price?", TEAM, "8 users × $120 per user per year = $960 per year."),
     ("eight people on team for 6 months, what's the total cost", TEAM, "8 users × 6 months × $12"),
     ("we're 4 on team, how much storage is that all together", TEAM, "4 users × 2 TB per user = 8 TB"),
+    ("so the team plan for just us 2 would be $24 a month right?", TEAM, "so 2 are billed as 3. 3 users × $12"),
     ("its just me and my business partner. how much a month would team be for us", TEAM,
      "so 2 are billed as 3. 3 users × $12 per user per month = $36 per month."),
     ("if we get team for 4 people how much storage do we get in total",
