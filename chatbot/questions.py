@@ -9,7 +9,7 @@ from cache import AnswerCache
 from cache.records import ArticleRecord
 
 from .prompt import InputError, Message, clean_text
-from .sums import asks_a_count, asks_for_add_on
+from .sums import SAVING_WORD, asks_a_count, asks_for_add_on
 from .support import text_sentences
 from .terms import Vocabulary, stems
 
@@ -130,9 +130,9 @@ _ADDED = re.compile(r"\b(?:add|adding|added|add-on|extra|on top of|plus)\b.*"
                     re.I | re.S)
 _COMPARE = re.compile(r"\b(?:difference|compared?|versus|vs\.?|instead of|rather than|than)\b", re.I)
 # ... or a saving between billing periods ("how much do I save a year if I switch Personal to annual", "is monthly
-# or yearly cheaper").
-_SAVING = re.compile(r"\b(?:sav(?:e|es|ing)|cheaper)\b.*\b(?:annual|annually|yearly|monthly)\b"
-                     r"|\b(?:annual|annually|yearly|monthly)\b.*\b(?:sav(?:e|es|ing)|cheaper)\b", re.I | re.S)
+# or yearly cheaper", "if i pay monthly instead how much more is that").
+_SAVING = re.compile(rf"{SAVING_WORD}.*\b(?:annual|annually|yearly|monthly)\b"
+                     rf"|\b(?:annual|annually|yearly|monthly)\b.*{SAVING_WORD}", re.I | re.S)
 # ... and asks for an amount: "I was charged $8, I want the difference refunded" is a complaint for staff.
 _ASKS_AMOUNT = re.compile(r"\?|\b(?:how much|total|what(?:'s| is| would| will| does| do| am i| are we)|whats|costs?|"
                           r"cheaper|sav(?:e|es|ing|ings)|price (?:for|of)|pay (?:for|per|each|a|in))\b", re.I)

@@ -26,7 +26,10 @@ _YEARS = re.compile(rf"{_COUNT}\s+years?\b", re.I)
 _YEARLY = re.compile(r"\b(?:year|years|yearly|annual|annually|yr)\b", re.I)
 _MONTHLY = re.compile(r"\b(?:month|months|monthly|mo)\b", re.I)
 _COMPARED = re.compile(r"\b(?:versus|vs\.?|compared?|or)\b", re.I)
-_SAVING = re.compile(r"\bsav(?:e|es|ing|ings)\b|\bcheaper\b|\bdifference\b", re.I)
+# What asks for the difference between two prices ("how much do i save", "how much more is monthly").
+SAVING_WORD = r"\b(?:sav(?:e|es|ing|ings)|cheaper|difference|more expensive|pricier|how much (?:more|extra))\b"
+_SAVING = re.compile(SAVING_WORD, re.I)
+_HOW_MUCH_MORE = re.compile(r"\bhow much (?:more|extra)\b", re.I)
 _STORAGE = re.compile(r"\b(?:storage|space|tb|gb|terabytes?|gigabytes?)\b", re.I)
 _MONEY = re.compile(r"\$|\b(?:cost|costs|price|pay|paying|bill|spend|charged?|dollars|save|saving)\b", re.I)
 # What changes a price in ways a plan's figures do not state, or a count they cannot take ("adding 3 more", "half a
@@ -89,7 +92,8 @@ class PricedLine:
 def worked_sum(question: str, passage: str, plans: frozenset[str] = frozenset()) -> str:
     """The sum `question` asks, worked from the figures of `passage`, or "" when they cannot settle it. `plans`:
     the help centre's plan names; a line is used only when it names every plan the question names."""
-    if _UNSETTLED.search(question) or (_SOME_DISCOUNT.search(question) and not names_a_discount(question)):
+    unsettled = _UNSETTLED.search(_HOW_MUCH_MORE.sub("how much", question))  # "more" there asks a difference
+    if unsettled or (_SOME_DISCOUNT.search(question) and not names_a_discount(question)):
         return ""
     named = plans & word_set(question)
     lines = [line for unit in article_units(passage) if qualified_alike(question, unit) and named <= word_set(unit)

@@ -47,6 +47,8 @@ PLANS = frozenset({"free", "personal", "team", "enterprise"})  # the price list'
      "4 users × 2 TB per user = 8 TB"),
     ("how much do i save a year on personal paying yearly vs monthly", PERSONAL, "$96 a year billed monthly, "
      "against $80 billed yearly: $16 a year less."),
+    ("if i pay personal monthly instead how much more is that over the year?", PERSONAL, "$96 a year billed "
+     "monthly, against $80 billed yearly: $16 a year less."),
     ("8 person team. how much do we save going annual", TEAM, "For 8 users: 8 × $24 = $192 a year less."),
     ("registered charity, 10 staff, what would team cost per year with the nonprofit discount", NONPROFIT,
      "10 users × $84 per user per year = $840 per year."),
@@ -76,6 +78,7 @@ def test_a_sum_the_figures_settle_is_worked_from_them(question, passage, result)
     ("Team for 10 users for 2.5 years, total?", TEAM),
     ("we're 3 founders and 12 employees, what's team per month", TEAM),
     ("5 users on team and we're adding 3 more, monthly cost?", TEAM),
+    ("how much more is team a month if we get 2 more seats", TEAM),  # "how much more" asks a difference, "2 more" not
     ("team for half a dozen people, how much a month", TEAM),
     # Billed monthly, asked per year: the yearly price is not what they pay.
     ("We pay monthly for Team with 10 users, how much is that a year?", TEAM),
