@@ -9,7 +9,7 @@ from cache import AnswerCache
 from cache.records import ArticleRecord
 
 from .prompt import InputError, Message, clean_text
-from .sums import SAVING_WORD, asks_a_count, asks_for_add_on
+from .sums import asks_a_count, asks_for_add_on, asks_more_by_the_month
 from .support import text_sentences
 from .terms import Vocabulary, stems
 
@@ -130,9 +130,9 @@ _ADDED = re.compile(r"\b(?:add|adding|added|add-on|extra|on top of|plus)\b.*"
                     re.I | re.S)
 _COMPARE = re.compile(r"\b(?:difference|compared?|versus|vs\.?|instead of|rather than|than)\b", re.I)
 # ... or a saving between billing periods ("how much do I save a year if I switch Personal to annual", "is monthly
-# or yearly cheaper", "if i pay monthly instead how much more is that").
-_SAVING = re.compile(rf"{SAVING_WORD}.*\b(?:annual|annually|yearly|monthly)\b"
-                     rf"|\b(?:annual|annually|yearly|monthly)\b.*{SAVING_WORD}", re.I | re.S)
+# or yearly cheaper").
+_SAVING = re.compile(r"\b(?:sav(?:e|es|ing)|cheaper)\b.*\b(?:annual|annually|yearly|monthly)\b"
+                     r"|\b(?:annual|annually|yearly|monthly)\b.*\b(?:sav(?:e|es|ing)|cheaper)\b", re.I | re.S)
 # ... and asks for an amount: "I was charged $8, I want the difference refunded" is a complaint for staff.
 _ASKS_AMOUNT = re.compile(r"\?|\b(?:how much|total|what(?:'s| is| would| will| does| do| am i| are we)|whats|costs?|"
                           r"cheaper|sav(?:e|es|ing|ings)|price (?:for|of)|pay (?:for|per|each|a|in))\b", re.I)
@@ -180,7 +180,8 @@ _FOLLOW_UP_OPENING = re.compile(r"^\s*(?:and|ok(?:ay)?|so|but|also|then|what abo
 # "Also, ..." adds a question of its own more often than it continues the one before: a long one leans back only by
 # what it says ("also, can they edit it?"), not by its opening.
 _ADDED_QUESTION = re.compile(r"^\s*also\b", re.I)
-_LEANING_WORD = re.compile(r"\b(?:it|that|this|those|these|they|them|there|tho|though)\b", re.I)
+# Words that lean on the message before: a pronoun, or a closing "tho" ("im on the free plan tho").
+_LEANING_WORD = re.compile(r"\b(?:it|that|this|those|these|they|them|there)\b|\b(?:tho|though)\W*$", re.I)
 
 
 def decline_reason(question: str) -> str:
@@ -213,7 +214,8 @@ def needs_sum(question: str) -> bool:
     if not _PRICE.search(question) or not _ASKS_AMOUNT.search(question):
         return False
     return bool(asks_a_count(question) or _COMPARE.search(question)
-                or _ADDED.search(question) or _SAVING.search(question) or asks_for_add_on(question))
+                or _ADDED.search(question) or _SAVING.search(question) or asks_for_add_on(question)
+                or asks_more_by_the_month(question))
 
 
 def reads_as_follow_up(message: str) -> bool:

@@ -22,7 +22,8 @@ PRODUCTS = ("dropbox", "google drive", "onedrive", "icloud", "box.com", "sharepo
             "pcloud", "sync.com", "tresorit", "idrive", "backblaze", "mediafire", "time machine", "carbonite",
             "crashplan", "acronis")
 # Devices and platforms an app could run on: one the help centre never names is one it has no app for, and the
-# nearest answer (the phone app's) would say yes ("is there a nimbus app for my samsung smart tv").
+# nearest answer (the phone app's, the desktop install steps) would say yes ("is there a nimbus app for my samsung
+# smart tv", "can i install the sync app on my synology nas").
 PLATFORMS = ("smart tv", "apple tv", "android tv", "fire tv", "fire stick", "firestick", "roku", "chromecast",
              "xbox", "playstation", "nintendo", "kindle", "apple watch", "smartwatch", "wear os", "chromebook",
              "chrome os", "chromeos", "blackberry", "windows phone", "carplay", "android auto", "nas", "synology",
@@ -50,6 +51,9 @@ SWITCHES = (("turn on", "switch on", "enable"),
 _SWITCHED = ("activate", "deactivate", "resume", "connect", "disconnect")  # not "pause": "uploads pause when full"
 _DEVICE_SWITCH = re.compile(r" (?:turn|switch)\w* (?:on |off )?(?:my |the |our |it )?"
                             r"(?:laptop|phone|computer|desktop|pc|mac|ipad|tablet|wifi|router|device)s? ")
+# "Stop uploads from failing" wants them to go on: what follows says a fault, not the process, is to stop.
+_KEPT_GOING = (r"(?!(?:from )?(?:fail|failing|getting stuck|pausing|stopping|crashing|breaking|erroring|freezing|"
+               r"hanging|stalling|timing out)\b)")
 # What a customer stops where the help centre switches it on ("stop camera uploads" is not answered by the turn-on
 # steps); "stop" alone is looser ("stop the link working", "stop paying for her seat").
 _STOPPED_PROCESS = tuple(f"stop {the}{what}" for the in ("", "the ", "my ", "all ")
@@ -390,7 +394,7 @@ def _phrase_pattern(phrase: str, base_only: bool = False) -> str:
     verb, _, particle = phrase.partition(" ")
     if particle in PARTICLES:
         return rf" {re.escape(verb)}{'' if base_only else '(?:s|ed|ing)?'} (?:[a-z0-9'-]+ ){{0,3}}{particle} "
-    return f"(?= {re.escape(phrase)} )"
+    return f"(?= {re.escape(phrase)} {_KEPT_GOING if verb == 'stop' else ''})"
 
 
 def _padded(text: str) -> str:

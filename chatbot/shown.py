@@ -68,7 +68,7 @@ def shown_after_check(reply: str, check: ReplyCheck, passage: Passage | None, ha
         # ("an app for Apple Watch?"); the closest passage is about something else, unless one of its sentences is
         # about what was asked ("can i lock the app with face id?" and the line that says how).
         passage, reason = None, f"{reason}; a yes no source gives"
-    if model_text and passage and _flat(passage.text).startswith(_flat(model_text)):
+    if model_text and passage and _begins(_flat(passage.text), _flat(model_text)):
         model_text = ""  # the kept part is the passage's own beginning: the passage alone, said once
     outcome = CUT if model_text else STAFF_TEXT if passage else HANDED_OFF
     return Shown(model_text, offer(passage, handoff_message, cut=bool(model_text)), outcome, reason)
@@ -76,6 +76,11 @@ def shown_after_check(reply: str, check: ReplyCheck, passage: Passage | None, ha
 
 def _flat(text: str) -> str:
     return " ".join(text.split())
+
+
+def _begins(text: str, beginning: str) -> bool:
+    """Whether `text` begins with `beginning`, ending at a whole word."""
+    return text.startswith(beginning) and text[len(beginning) : len(beginning) + 1] in ("", " ")
 
 
 def shown_undecoded(outcome: str, reason: str, passage: Passage | None, handoff_message: str) -> Shown:

@@ -17,7 +17,8 @@ _COUNT = (r"(?<![\w.,-])(\d{1,3}(?:,\d{3})+|\d{1,6}|" + "|".join(_WORDS) + r")"
 _USERS = re.compile(rf"{_COUNT}\s+(?:people|ppl|persons?|users?|seats?|members?|employees|staff|colleagues|"
                     rf"licen[cs]es?|of us|accounts|founders?|partners?|owners?|admins?|managers?|designers?|"
                     rf"developers?|engineers?|interns?|contractors?|freelancers?|volunteers?|guys|folks)\b"
-                    rf"|\bteam of {_COUNT}|{_COUNT}[- ]person\b|\bwe(?:'re| are) {_COUNT}|\bus {_COUNT}\b", re.I)
+                    rf"|\bteam of {_COUNT}|{_COUNT}[- ]person\b|\bwe(?:'re| are) {_COUNT}"
+                    rf"|\b(?:just|only|for) us {_COUNT}(?! (?:months?|years?|times?|more|extra|tb|gb)\b)", re.I)
 # Two people named as the customer and one other ("me and my business partner").
 _PAIR = re.compile(r"\b(?:me|i) and my (?:\w+ )?(?:partner|wife|husband|cofounder|co-founder|colleague|co-?worker|"
                    r"friend|brother|sister|boss|assistant|associate)\b", re.I)
@@ -26,10 +27,10 @@ _YEARS = re.compile(rf"{_COUNT}\s+years?\b", re.I)
 _YEARLY = re.compile(r"\b(?:year|years|yearly|annual|annually|yr)\b", re.I)
 _MONTHLY = re.compile(r"\b(?:month|months|monthly|mo)\b", re.I)
 _COMPARED = re.compile(r"\b(?:versus|vs\.?|compared?|or)\b", re.I)
-# What asks for the difference between two prices ("how much do i save", "how much more is monthly").
-SAVING_WORD = r"\b(?:sav(?:e|es|ing|ings)|cheaper|difference|more expensive|pricier|how much (?:more|extra))\b"
-_SAVING = re.compile(SAVING_WORD, re.I)
-_HOW_MUCH_MORE = re.compile(r"\bhow much (?:more|extra)\b", re.I)
+_SAVING = re.compile(r"\bsav(?:e|es|ing|ings)\b|\bcheaper\b|\bdifference\b", re.I)
+# "How much more" is a saving asked the other way only with both billing periods said ("if i pay monthly instead how
+# much more is that over the year"); with one ("how much extra would team cost per year for 6") it adds something.
+_MORE = re.compile(r"\bhow much (?:more|extra)\b|\bmore expensive\b|\bpricier\b", re.I)
 _STORAGE = re.compile(r"\b(?:storage|space|tb|gb|terabytes?|gigabytes?)\b", re.I)
 _MONEY = re.compile(r"\$|\b(?:cost|costs|price|pay|paying|bill|spend|charged?|dollars|save|saving)\b", re.I)
 # What changes a price in ways a plan's figures do not state, or a count they cannot take ("adding 3 more", "half a
@@ -92,7 +93,8 @@ class PricedLine:
 def worked_sum(question: str, passage: str, plans: frozenset[str] = frozenset()) -> str:
     """The sum `question` asks, worked from the figures of `passage`, or "" when they cannot settle it. `plans`:
     the help centre's plan names; a line is used only when it names every plan the question names."""
-    unsettled = _UNSETTLED.search(_HOW_MUCH_MORE.sub("how much", question))  # "more" there asks a difference
+    more_by_the_month = asks_more_by_the_month(question)
+    unsettled = _UNSETTLED.search(_MORE.sub(" ", question) if more_by_the_month else question)
     if unsettled or (_SOME_DISCOUNT.search(question) and not names_a_discount(question)):
         return ""
     named = plans & word_set(question)
@@ -106,7 +108,7 @@ def worked_sum(question: str, passage: str, plans: frozenset[str] = frozenset())
     line = _one(line for line in lines if line.prices)
     if line is None:
         return ""
-    if _SAVING.search(question):
+    if _SAVING.search(question) or more_by_the_month:
         # With a discount named, a saving may be against the full price, not the monthly one: not worked.
         return "" if names_a_discount(question) else _saving_sum(line, users)
     return _cost_sum(line, users, months, years, _asked_period(question, months, years))
@@ -153,6 +155,11 @@ def users_asked(question: str) -> int:
     """How many users the question prices ("5 of us", "a 6 person office", "me and my partner"), 0 for none, -1
     for more than one count."""
     return _single(_counts(_USERS, question) | ({2} if _PAIR.search(question) else set()))
+
+
+def asks_more_by_the_month(question: str) -> bool:
+    """Whether the question asks how much more a year costs billed monthly than yearly."""
+    return bool(_MORE.search(question) and _MONTHLY.search(question) and _YEARLY.search(question))
 
 
 def asks_a_count(question: str) -> bool:

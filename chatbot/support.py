@@ -213,11 +213,13 @@ def unsupported_step(sentence: str, sources: Sources) -> str:
         return ""
     number, step = numbered.groups()
     said, steps = step.strip().rstrip("."), sources.steps[number]
-    # A source's step under another number, where no source's step of this number says it, renumbers the source's
-    # steps: the model left one out ("3. Click Save" after step 2, the password step gone) or put one in.
-    moved = [at for at, others in sources.steps.items() if at != number and others.holds(said)]
-    if moved and not steps.holds(said):
-        return f"step {number} says step {moved[0]}'s words"
+    # A source's later step under this number, where no source's step of this number says it: the model left a
+    # step of the procedure out ("3. Click Save" after step 2, the password step gone). A list that is no procedure
+    # ("1. Personal: $8 per month") may leave items out.
+    acts = _CONTROL.search(step) or _CLICKED.search(step)
+    later = sorted((int(at) for at, others in sources.steps.items() if int(at) > int(number) and others.holds(said)))
+    if acts and later and not steps.holds(said):
+        return f"step {number} says step {later[0]}'s words"
     if sources.holds(said):  # a source's own words, numbered: "2. Click Revoke next to the key"
         return ""
     for control in map(_control_name, _CONTROL.findall(step)):

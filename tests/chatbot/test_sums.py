@@ -78,7 +78,8 @@ def test_a_sum_the_figures_settle_is_worked_from_them(question, passage, result)
     ("Team for 10 users for 2.5 years, total?", TEAM),
     ("we're 3 founders and 12 employees, what's team per month", TEAM),
     ("5 users on team and we're adding 3 more, monthly cost?", TEAM),
-    ("how much more is team a month if we get 2 more seats", TEAM),  # "how much more" asks a difference, "2 more" not
+    ("how much more is team a month if we get 2 more seats", TEAM),  # one billing period: something added
+    ("how much extra would team cost per year for 6 people", TEAM),
     ("team for half a dozen people, how much a month", TEAM),
     # Billed monthly, asked per year: the yearly price is not what they pay.
     ("We pay monthly for Team with 10 users, how much is that a year?", TEAM),
