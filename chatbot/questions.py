@@ -136,11 +136,18 @@ _SAVING = re.compile(r"\b(?:sav(?:e|es|ing)|cheaper)\b.*\b(?:annual|annually|yea
 # ... and asks for an amount: "I was charged $8, I want the difference refunded" is a complaint for staff.
 _ASKS_AMOUNT = re.compile(r"\?|\b(?:how much|total|what(?:'s| is| would| will| does| do| am i| are we)|whats|costs?|"
                           r"cheaper|sav(?:e|es|ing|ings)|price (?:for|of)|pay (?:for|per|each|a|in))\b", re.I)
+
+
+def _staff_asked(you: str = "you") -> str:
+    """Staff asked to do something for the account: "can you", "could someone please"."""
+    return rf"\b(?:can|could|would|will)\s+(?:{you}|u|someone|support|your team)\s+(?:please\s+|pls\s+|just\s+)?"
+
+
+_STAFF_ASKED = _staff_asked()
+_STAFF_ASKED_ANY_YOU = _staff_asked(r"you(?:\s+guys)?")  # "can you guys give us another week"
 # A question about the customer's own records, which only staff can look up or change: an invoice, order or
 # ticket number, or "which e-mail did I use", "check my account". The help centre answers how things work, never
 # what one account holds, and the nearest how-to is not an answer to it.
-# Staff asked to do something for the account: "can you", "could someone please".
-_STAFF_ASKED = r"\b(?:can|could|would|will)\s+(?:you|u|someone|support|your team)\s+(?:please\s+|pls\s+|just\s+)?"
 _OWN_RECORDS = re.compile(
     r"\b(?:NMB|INV|ORD)-?\d{3,}\b|#\s?\d{3,}\b"
     r"|\b(?:order|invoice|ticket|case|receipt|transaction)\s+(?:number\s+|no\.?\s*|#\s*)?[A-Z0-9-]*\d{4,}\b"
@@ -154,8 +161,8 @@ _OWN_RECORDS = re.compile(
     rf"|\b(?:trial|limit|quota)\b[^?!]{{0,80}}{_STAFF_ASKED}"
     r"(?:extend|bump|raise|increase|lift|boost|waive)\s+(?:it|that|this|ours?)\b"
     # ... "can u give us another week": more time granted
-    r"|\b(?:can|could|would|will)\s+(?:you(?:\s+guys)?|u|someone|support|your team)\s+(?:please\s+|pls\s+|just\s+)?"
-    r"(?:give|grant|allow)\s+(?:us|me|our team|them)\s+(?:an?\s+|one\s+|\d+\s+|a\s+few\s+|a\s+couple\s+(?:of\s+)?)?"
+    rf"|{_STAFF_ASKED_ANY_YOU}(?:give|grant|allow)\s+(?:us|me|our team|them)\s+"
+    r"(?:an?\s+|one\s+|\d+\s+|a\s+few\s+|a\s+couple\s+(?:of\s+)?)?"
     r"(?:another|extra|more|additional)\s+(?:\w+\s+)?(?:days?|weeks?|months?)\b"
     # ... or names the account by its e-mail address ("my account is dan@gmail.com", "the account of sarah@..."): a
     # message that hands over an address asks staff to look at or act on that account. Of every eval set's questions,

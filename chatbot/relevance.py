@@ -10,6 +10,7 @@ cheap and explainable to staff:
 - direction: an action and its opposite (on/off, add/remove, ...) must not be swapped.
 """
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -322,7 +323,7 @@ def unheld_object(question: str, source: str, vocabulary: Vocabulary) -> str:
     asked, named = _padded(question), stems(source)
     for pair in OPPOSITES:
         for phrase in (p for p in (*pair[0], *pair[1]) if p.partition(" ")[0] in _TRANSITIVE):
-            for match in re.finditer(_phrase_pattern(phrase), asked):
+            for match in _phrase_regex(phrase).finditer(asked):
                 acted_on = _object(asked, match, phrase, vocabulary)
                 if acted_on and acted_on[1] not in named:
                     return acted_on[0]
@@ -372,17 +373,19 @@ def _said_at(padded: str, phrases: tuple[str, ...], base_only: bool = False) -> 
     apart ("switch that requirement back off" says "switch off")."""
     found, last = "", -1
     for phrase in phrases:
-        for match in re.finditer(_phrase_pattern(phrase, base_only), padded):
+        for match in _phrase_regex(phrase, base_only).finditer(padded):
             if match.start() > last:
                 found, last = phrase, match.start()
     return found, last
 
 
-def _phrase_pattern(phrase: str, base_only: bool = False) -> str:
+@functools.cache  # compiled once: re's lookup per call was a third of the direction checks' time
+def _phrase_regex(phrase: str, base_only: bool = False) -> re.Pattern:
     verb, _, particle = phrase.partition(" ")
     if particle in PARTICLES:
-        return rf" {re.escape(verb)}{'' if base_only else '(?:s|ed|ing)?'} (?:[a-z0-9'-]+ ){{0,3}}{particle} "
-    return f"(?= {re.escape(phrase)} {_KEPT_GOING if verb == 'stop' else ''})"
+        ending = "" if base_only else "(?:s|ed|ing)?"
+        return re.compile(rf" {re.escape(verb)}{ending} (?:[a-z0-9'-]+ ){{0,3}}{particle} ")
+    return re.compile(f"(?= {re.escape(phrase)} {_KEPT_GOING if verb == 'stop' else ''})")
 
 
 def _padded(text: str) -> str:

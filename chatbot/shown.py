@@ -97,7 +97,7 @@ def offer(passage: Passage | None, handoff_message: str, cut: bool) -> str:
         return handoff_message
     lead = CUT_LEAD if cut else ""
     quoted = "\n".join(f"> {line}" for line in passage.text.splitlines())
-    title, also = " ".join(passage.title.split()), " ".join(passage.also.split())  # a question asked in two lines
+    title, also = _flat(passage.title), _flat(passage.also)  # a question asked in two lines
     articles = (f"help articles \u201c{title}\u201d and \u201c{also}\u201d" if also
                 else f"help article \u201c{title}\u201d")
     if passage.worked:
