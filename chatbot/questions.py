@@ -292,7 +292,7 @@ class HelpCentreWords:
         answers use them), for a question whose meaning the articles' vectors missed: an error code ("api keeps
         returning 429"), a system's name ("fedora"), a language. None when no article or several tie."""
         vocabulary = self.vocabulary()
-        rare = {term for term in vocabulary.terms(question) if 0 < vocabulary.frequency.get(term, 0) <= RARE_DOCUMENTS}
+        rare = set(vocabulary.rare_terms(question, RARE_DOCUMENTS))
         if not rare:
             return None
         articles = self._articles  # one snapshot: a refresh replaces the list whole

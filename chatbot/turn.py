@@ -38,7 +38,7 @@ from .relevance import ASKED_TERMS, check_source, known_terms
 from .settings import GROUNDING_REVIEWS, ChatSettings
 from .shown import DEPARTED_NOTICE, FOLLOWED_ENOUGH, NOTHING_COVERS, UNCHECKED_NOTICE, without_frames
 from .support import text_sentences
-from .terms import spelled_out, whole_words
+from .terms import spelled_out, stems, whole_words
 
 # How close in meaning (cosine) an article's closest sentence must be to the question for it to answer alone: on
 # bench.answers' tuning part every one that did had 0.46 or more; "holiday photos to my grandma" (file requests) 0.36.
@@ -50,6 +50,13 @@ ANSWER_SENTENCE_CLOSE = 0.40
 # How much closer in meaning to the question a sentence of an approved answer's article outside the answer must be
 # than the answer's own for it not to ground: 2 of 9 grounded neighbours on bench.answers' tuning part, no right lost.
 BEYOND_MARGIN = 0.15
+# Nearer than that, the sentence outside still tells when it holds a rare word of the question (one at most
+# BEYOND_RARE_DOCUMENTS articles and approved answers use) that the answer and its question lack: "pushed my api key to
+# a public github repo" and "If a key was published by mistake ... revoke it" beside the create-key steps (0.12). On
+# every set's first turns, 0.06 to 0.15 apart, 5 such were wrong or handed off and none right ("later", "authenticator"
+# and "details" are used by 7 or more).
+BEYOND_NEAR_MARGIN = 0.06
+BEYOND_RARE_DOCUMENTS = 3
 # How close in meaning a message that reads whole must be to a sentence of the sources found with the question before
 # it to be answered from them. On 240 pairs of unrelated held-out questions, 37 nothing covered alone were grounded on
 # the previous question's article; with this and `may_lean_back`, 16. Of the follow-ups of every set, 1 lost its source.
@@ -294,21 +301,27 @@ class TurnPlanner:
 
     def asks_beyond(self, asked: str, hit: Hit) -> str:
         """Why the question asks what its approved answer does not say, or "": a sentence of the answer's article
-        outside the answer is closer in meaning to the question, by BEYOND_MARGIN, than any sentence of the answer
-        ("is there a max size for the zip?" beside the upload-limits answer, whose article's export sentence says)."""
+        outside the answer is closer in meaning to the question than any sentence of the answer, by BEYOND_MARGIN,
+        or by BEYOND_NEAR_MARGIN where it holds a rare word of the question that the answer lacks ("is there a max
+        size for the zip?" beside the upload-limits answer, whose article's export sentence says)."""
         article = self.cache.get_article(hit.article_ids[0]) if hit.article_ids else None
         if article is None:
             return ""
         inside = text_sentences(hit.answer)
-        held = " ".join(hit.answer.split())
-        outside = [unit for unit in text_sentences(article.body) if " ".join(unit.split()) not in held]
+        answer_text = " ".join(hit.answer.split())
+        outside = [unit for unit in text_sentences(article.body) if " ".join(unit.split()) not in answer_text]
         if not inside or not outside:
             return ""
         closest_in = max(self.cache.similarities(asked, inside))
-        closest_out = max(self.cache.similarities(asked, outside))
-        if closest_out - closest_in < BEYOND_MARGIN:
-            return ""
-        return f"asks what its article {article.id!r} says beyond it ({closest_out:.2f} against {closest_in:.2f})"
+        out_closeness = self.cache.similarities(asked, outside)
+        margin = max(out_closeness) - closest_in
+        said = f"asks what its article {article.id!r} says beyond it ({max(out_closeness):.2f} against {closest_in:.2f}"
+        beyond, held = stems(outside[out_closeness.index(max(out_closeness))]), stems(f"{hit.question}\n{hit.answer}")
+        rare = [term for term in self.words.vocabulary().rare_terms(asked, BEYOND_RARE_DOCUMENTS)
+                if term in beyond and term not in held]
+        if margin >= BEYOND_MARGIN:
+            return f"{said})"
+        return f"{said}, and names {', '.join(rare)})" if rare and margin >= BEYOND_NEAR_MARGIN else ""
 
     def passage(self, grounds: Grounds, question: str) -> Passage | None:
         """The article's sentences closest to the question, offered as staff's text. A follow-up's article is the

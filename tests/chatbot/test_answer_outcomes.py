@@ -13,6 +13,7 @@ from chatbot.figures import sum_figures
 from chatbot.passages import CLOSE_LINE, Passage
 from chatbot.shown import DECLINE_MESSAGES, offer
 from chatbot.terms import stem
+from chatbot.turn import ChatTurn
 from data import DATA_DIR
 from decoding import StepWidth, build_engine, load_model
 from tests.chatbot.test_service import CPU_CURVE, MODEL_ID
@@ -98,6 +99,17 @@ def test_an_article_no_vector_finds_is_found_by_the_question_s_rare_words(servic
     assert words.article_by_rare_words("how do i share a folder") is None  # no rare word
     planned = service.planner.plan("the nimbus app on my phone, can it be in japanese instead?", [], "s")
     assert planned.article_id == "mobile-app"
+
+
+def test_an_approved_answer_is_not_copied_where_its_article_s_closer_line_names_the_rare_thing_asked(service):
+    # The create-key steps answer "how do i make an api key"; a leaked key is the article's revoke line.
+    leaked = "the api key got published in a public repo, what do i do with the key"
+    planned = service.planner.plan(leaked, [], "s")
+    assert isinstance(planned, ChatTurn) and planned.article_id == "api-keys" and not planned.grounding
+    assert any("says beyond it" in why and "publi" in why for why in planned.rejected), planned.rejected
+    assert "revoke it at once" in served(service, [leaked]).text
+    made = service.planner.plan("how do i make an api key for my backup script", [], "s")
+    assert [hit.question for hit in made.grounding] == ["How do I create an API key?"]
 
 
 def test_a_question_about_one_line_of_a_long_article_is_grounded_on_that_article(service):
