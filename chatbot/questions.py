@@ -40,6 +40,7 @@ _INJECTION = re.compile(
     r"|\b(?:repeat|say|type|write|output|print|reply|respond)(?: with)?\b.{0,30}\b(?:exactly|verbatim|"
     r"word for word|after me)\b|\band nothing else\b|\bconfirm (?:it )?in writing\b"
     r"|\byou(?:'re| are) (?:now |hereby )?(?:authori[sz]ed|allowed|permitted|cleared) to\b"
+    r"|\bi (?:hereby )?(?:authori[sz]e|instruct|order|permit) you to\b"
     r"|\bfrom now on,? (?:you|always|answer|reply|respond|say|tell|end|start)\b"
     r"|\b(?:always|only) (?:use|trust|follow) (?:this|these|the new|the updated|my)\b"
     r"|\b(?:help ?cent(?:re|er)|policy|pricing|terms) update\b|\beffective (?:today|immediately|now)\b"
@@ -55,6 +56,7 @@ _INJECTION = re.compile(
 _STAFF_CLAIM = re.compile(
     r"\b(?:this is|i am|i'm|im)\s+(?:[a-z]+\s+){1,2}?from (?:the )?nimbus(?: drive)?(?:'s)?(?: tier \d)? "
     r"(?:billing|support|security|staff|engineering|legal|management)\b"
+    r"|\bas (?:a|an|the|your) nimbus(?: drive)? (?:billing|support|security)\b"
     r"|\b[a-z]+ here from nimbus\b|\bnimbus (?:billing|support|security)(?: team| agent| staff)? here\b"
     r"|\binternal (?:test|override|escalation)\b|\b(?:staff|agent|admin) override\b",
     re.I,
@@ -292,7 +294,7 @@ class HelpCentreWords:
         answers use them), for a question whose meaning the articles' vectors missed: an error code ("api keeps
         returning 429"), a system's name ("fedora"), a language. None when no article or several tie."""
         vocabulary = self.vocabulary()
-        rare = set(vocabulary.rare_terms(question, RARE_DOCUMENTS))
+        rare = {term for term in vocabulary.terms(question) if vocabulary.rare(term, RARE_DOCUMENTS)}
         if not rare:
             return None
         articles = self._articles  # one snapshot: a refresh replaces the list whole

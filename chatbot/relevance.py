@@ -77,6 +77,9 @@ OPPOSITES = (
      ("still know", "know my password", "know my current password", "know my old password", "know the password")),
 )
 
+# The one-word actions above, as stems: a question's action a source's sentence says and another source lacks.
+ACTION_TERMS = frozenset(stem(phrase) for pair in OPPOSITES for side in pair for phrase in side if " " not in phrase)
+
 # Sides that undo whatever was said before them: "undo" is deleting's opposite only where a deletion or removal is
 # said ("i made her an admin by mistake, how do i undo that" is not answered by not deleting).
 _RELATIVE = frozenset({"undo", "reverse"})

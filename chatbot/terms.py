@@ -148,9 +148,9 @@ class Vocabulary:
         """The weight of a term used once in the help centre."""
         return math.log(self.documents + 1)
 
-    def rare_terms(self, text: str, documents: int) -> list[str]:
-        """The text's terms that the help centre uses, in at most `documents` of its articles and approved answers."""
-        return [term for term in self.terms(text) if 0 < self.frequency.get(term, 0) <= documents]
+    def rare(self, term: str, documents: int) -> bool:
+        """Whether the help centre uses `term`, in at most `documents` of its articles and approved answers."""
+        return 0 < self.frequency.get(term, 0) <= documents
 
     def terms(self, text: str) -> list[str]:
         """The content stems of a customer's text, a likely typo mapped to the help centre's word."""

@@ -34,7 +34,7 @@ from .questions import (
     service_state,
     without_hand_offs,
 )
-from .relevance import ASKED_TERMS, check_source, known_terms
+from .relevance import ACTION_TERMS, ASKED_TERMS, check_source, known_terms
 from .settings import GROUNDING_REVIEWS, ChatSettings
 from .shown import DEPARTED_NOTICE, FOLLOWED_ENOUGH, NOTHING_COVERS, UNCHECKED_NOTICE, without_frames
 from .support import text_sentences
@@ -51,10 +51,10 @@ ANSWER_SENTENCE_CLOSE = 0.40
 # than the answer's own for it not to ground: 2 of 9 grounded neighbours on bench.answers' tuning part, no right lost.
 BEYOND_MARGIN = 0.15
 # Nearer than that, the sentence outside still tells when it holds a rare word of the question (one at most
-# BEYOND_RARE_DOCUMENTS articles and approved answers use) that the answer and its question lack: "pushed my api key to
-# a public github repo" and "If a key was published by mistake ... revoke it" beside the create-key steps (0.12). On
-# every set's first turns, 0.06 to 0.15 apart, 5 such were wrong or handed off and none right ("later", "authenticator"
-# and "details" are used by 7 or more).
+# BEYOND_RARE_DOCUMENTS articles and approved answers use), or its action ("delete"), that the answer and its question
+# lack: "pushed my api key to a public github repo" and "If a key was published by mistake ... revoke it" beside the
+# create-key steps (0.12). On every set's first turns, 0.06 to 0.15 apart, 6 such were wrong or handed off and none
+# right ("later", "authenticator" and "details" are used by 7 or more).
 BEYOND_NEAR_MARGIN = 0.06
 BEYOND_RARE_DOCUMENTS = 3
 # How close in meaning a message that reads whole must be to a sentence of the sources found with the question before
@@ -317,11 +317,12 @@ class TurnPlanner:
         margin = max(out_closeness) - closest_in
         said = f"asks what its article {article.id!r} says beyond it ({max(out_closeness):.2f} against {closest_in:.2f}"
         beyond, held = stems(outside[out_closeness.index(max(out_closeness))]), stems(f"{hit.question}\n{hit.answer}")
-        rare = [term for term in self.words.vocabulary().rare_terms(asked, BEYOND_RARE_DOCUMENTS)
-                if term in beyond and term not in held]
+        terms = self.words.vocabulary().terms(asked)
+        named = sorted({t for t in terms if t in ACTION_TERMS or self.words.vocabulary().rare(t, BEYOND_RARE_DOCUMENTS)}
+                       & beyond - held)
         if margin >= BEYOND_MARGIN:
             return f"{said})"
-        return f"{said}, and names {', '.join(rare)})" if rare and margin >= BEYOND_NEAR_MARGIN else ""
+        return f"{said}, and names {', '.join(named)})" if named and margin >= BEYOND_NEAR_MARGIN else ""
 
     def passage(self, grounds: Grounds, question: str) -> Passage | None:
         """The article's sentences closest to the question, offered as staff's text. A follow-up's article is the

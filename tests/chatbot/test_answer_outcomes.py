@@ -108,6 +108,10 @@ def test_an_approved_answer_is_not_copied_where_its_article_s_closer_line_names_
     assert isinstance(planned, ChatTurn) and planned.article_id == "api-keys" and not planned.grounding
     assert any("says beyond it" in why and "publi" in why for why in planned.rejected), planned.rejected
     assert "revoke it at once" in served(service, [leaked]).text
+    # ... or its action: deleting, which the turn-on steps never say
+    deleting = ("if i delete all the pics off my phone to free up space will they disappear from nimbus too? "
+                "camera uploads is on")
+    assert "names delet)" in " ".join(service.planner.plan(deleting, [], "s").rejected)
     made = service.planner.plan("how do i make an api key for my backup script", [], "s")
     assert [hit.question for hit in made.grounding] == ["How do I create an API key?"]
 
