@@ -191,6 +191,9 @@ _FOLLOW_UP_OPENING = re.compile(r"^\s*(?:and|ok(?:ay)?|so|but|also|then|what abo
 _ADDED_QUESTION = re.compile(r"^\s*also\b", re.I)
 # Words that lean on the message before: a pronoun, or a closing "tho" ("im on the free plan tho").
 _LEANING_WORD = re.compile(r"\b(?:it|that|this|those|these|they|them|there)\b|\b(?:tho|though)\W*$", re.I)
+# Words that set a message against the one before wherever they stand ("im a teacher tho not a student, does it still
+# apply to me"); not "wait" nor "actually", which open new asks as often ("actually wait, could i just pause it").
+_CONTRASTING = re.compile(r"\b(?:tho|though|still apply|still applies)\b", re.I)
 
 
 def decline_reason(question: str) -> str:
@@ -247,7 +250,7 @@ def may_lean_back(message: str) -> bool:
     words = message.split()
     opens_as_follow_up = bool(_FOLLOW_UP_OPENING.match(message)) and not _ADDED_QUESTION.match(message)
     return (len(words) <= 8 or reads_as_follow_up(message) or opens_as_follow_up
-            or bool(_BACK_REFERENCE.search(" ".join(words[:6]))))
+            or bool(_BACK_REFERENCE.search(" ".join(words[:6]))) or bool(_CONTRASTING.search(message)))
 
 
 # A word at most this many articles and approved answers use is rare: it finds its article (article_by_rare_words).

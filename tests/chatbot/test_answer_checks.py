@@ -808,6 +808,9 @@ def test_a_message_that_reads_whole_does_not_lean_back_on_the_one_before():
     assert not may_lean_back("my bank statement shows two charges from nimbus drive inc on the same day, why?")
     # "it" late in a message refers inside it
     assert not may_lean_back("i know my current password, i just want to change it to something stronger")
+    # ... unless it sets itself against what was said before
+    assert may_lean_back("im a teacher tho not a student, does it still apply to me or only to the students")
+    assert not may_lean_back("actually wait, could i just pause my subscription for like 3 months while i travel")
     # "also" adds a question; a short one, or one that refers back, still leans back
     assert not may_lean_back("Also, can you recommend a good laptop for video editing for under 1500 dollars?")
     assert may_lean_back("also can they edit it?")
