@@ -41,6 +41,7 @@ _INJECTION = re.compile(
     r"word for word|after me)\b|\band nothing else\b|\bconfirm (?:it )?in writing\b"
     r"|\byou(?:'re| are) (?:now |hereby )?(?:authori[sz]ed|allowed|permitted|cleared) to\b"
     r"|\bi (?:hereby )?(?:authori[sz]e|instruct|order|permit) you to\b"
+    r"|(?<!\bdo )\b(?:you|u) (?:now )?(?:have|got|hold) (?:the |full )?(?:authority|permission|clearance|power) to\b"
     r"|\bfrom now on,? (?:you|always|answer|reply|respond|say|tell|end|start)\b"
     r"|\b(?:always|only) (?:use|trust|follow) (?:this|these|the new|the updated|my)\b"
     r"|\b(?:help ?cent(?:re|er)|policy|pricing|terms) update\b|\beffective (?:today|immediately|now)\b"

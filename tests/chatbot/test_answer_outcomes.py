@@ -121,10 +121,10 @@ def test_a_question_about_one_line_of_a_long_article_is_grounded_on_that_article
     asked = "can i protect the nimbus app with face id or a passcode?"
     line = service.planner.words.article_by_sentence(asked)
     assert line.article.id == "mobile-app" and line.closeness >= CLOSE_LINE
-    pick, rejected = service.planner.article_by_sentence(asked)
+    pick, rejected = service.planner.sources.article_by_sentence(asked)
     assert pick.id == "mobile-app" and pick.score == line.closeness and not rejected
     # No line of the help centre is that close to a question it does not answer.
-    assert service.planner.article_by_sentence("what will the weather be like in paris tomorrow?") == (None, [])
+    assert service.planner.sources.article_by_sentence("what will the weather be like in paris tomorrow?") == (None, [])
 
 
 def test_a_follow_up_is_retrieved_with_the_question_before_it_even_when_that_was_handed_off(service):
@@ -167,7 +167,7 @@ def test_a_new_question_nothing_covers_is_not_answered_from_the_question_before(
     before = [{"role": "user", "content": first}, {"role": "assistant", "content": "OK."}]
     switch = ("Nothing I save on my work PC shows up on my laptop anymore, it's been like that since yesterday. The "
               "little cloud icon is still there. Windows 11 if that matters")
-    assert service.planner.grounds_for(f"{first}\n{switch}").article.id == "downgrade-or-cancel"
+    assert service.planner.sources.grounds_for(f"{first}\n{switch}").article.id == "downgrade-or-cancel"
     planned = service.planner.plan(switch, before, "s")
     # asked as a first question: nothing covers it, so it is handed off rather than answered from the conversation
     assert planned.article is None and not planned.matched and not planned.history and planned.uncovered
@@ -194,7 +194,7 @@ def test_a_follow_up_s_passage_is_close_to_the_follow_up_not_only_to_the_questio
     """Cut with no approved answer, a follow-up is offered the sentences of the conversation's article closest to
     the conversation and to the follow-up alike: the refund of the remaining days, not the cancelling again."""
     first, follow_up = "how do i cancel my plan", "do i get money back for the rest of the month?"
-    grounds = service.planner.grounds_for(f"{first}\n{follow_up}")
+    grounds = service.planner.sources.grounds_for(f"{first}\n{follow_up}")
     assert grounds.article.id == "downgrade-or-cancel"
     refund = "Monthly plans are not refunded for the remaining days"
     assert refund in service.planner.passage(grounds, follow_up).text
