@@ -157,6 +157,10 @@ class TurnPlanner:
             return Unanswered(question, session_id, STAFF_TEXT, f"needs a sum: {worked}the article's figures", passage)
         if grounds.new_topic:  # asked as a first question: what nothing covers is handed off, not answered from chat
             messages = []
+        repeated = self.repeated_answer(grounds, question, messages) if self.settings.check_sources else None
+        if repeated is not None:
+            return Unanswered(question, session_id, STAFF_TEXT, "a follow-up of the answer just given: its closest "
+                              "sentences", repeated)
         article, grounding = grounds.article, grounds.choice.grounding
         passage = Passage.of_answer(grounding[0]) if grounding else self.passage(grounds, question)
         prompt = build_prompt(
@@ -209,11 +213,26 @@ class TurnPlanner:
         return all(self.sources.far_from(question, text, CONTEXT_CLOSE) for text in texts)
 
     def passage(self, grounds: Grounds, question: str) -> Passage | None:
-        """The article's sentences closest to the question, offered as staff's text. A follow-up's article is the
-        conversation's, and its passage is the sentences closest to the conversation and to the follow-up alike:
-        "and if i pay for personal?" after the Free plan's device limit wants the paid plans' sentence."""
+        """The article's sentences closest to the question, offered as staff's text."""
         article = grounds.article
-        units = article_units(article.body) if article else []
+        return self.closest_passage(f"article:{article.id}", article.title, article_units(article.body), grounds,
+                                    question) if article else None
+
+    def repeated_answer(self, grounds: Grounds, question: str, messages: list[Message]) -> Passage | None:
+        """For a follow-up grounded on the approved answer that the reply before it gave whole ("and on personal?"
+        after the upload limits): that answer's sentences closest to the follow-up, not the same reply again."""
+        replies = [" ".join(m.content.lower().split()) for m in without_frames(messages) if m.role == "assistant"]
+        grounding = grounds.choice.grounding
+        if not grounding or not replies or " ".join(grounding[0].answer.lower().split()) not in replies[-1]:
+            return None
+        hit = grounding[0]
+        return self.closest_passage(f"answer:{hit.id}", hit.question, article_units(hit.answer), grounds, question)
+
+    def closest_passage(self, source: str, title: str, units: list[str], grounds: Grounds,
+                        question: str) -> Passage | None:
+        """The sentences of a source (`units`) closest to the question. A follow-up's source is the conversation's,
+        and its passage is the sentences closest to the conversation and to the follow-up alike: "and if i pay for
+        personal?" after the Free plan's device limit wants the paid plans' sentence."""
         if not units:
             return None
         closeness = self.cache.similarities(grounds.asked, units)
@@ -223,7 +242,7 @@ class TurnPlanner:
         if not text:
             return None
         closest = max(self.cache.similarities(question, text_sentences(text)), default=0.0)
-        return Passage(f"article:{article.id}", article.title, text, closeness=closest)
+        return Passage(source, title, text, closeness=closest)
 
     def references(self, question: str, grounding: list[Hit]) -> list[Hit]:
         """The accepted approved answers first, then the most similar past answers not among them."""
