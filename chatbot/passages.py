@@ -41,7 +41,12 @@ class Passage:
     @classmethod
     def of_answer(cls, hit: Hit) -> "Passage":
         """An approved answer whole, offered as staff's own text where the reply grounded on it is cut."""
-        return cls(f"answer:{hit.id}", hit.question, hit.answer)
+        return cls(answer_source(hit), hit.question, hit.answer)
+
+
+def answer_source(hit: Hit) -> str:
+    """A passage's `source` for text of the approved answer `hit`."""
+    return f"answer:{hit.id}"
 
 
 # How much less close than the closest sentence a passage's other sentences may be. Measured on the right article

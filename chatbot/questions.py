@@ -40,8 +40,9 @@ _INJECTION = re.compile(
     r"|\b(?:repeat|say|type|write|output|print|reply|respond)(?: with)?\b.{0,30}\b(?:exactly|verbatim|"
     r"word for word|after me)\b|\band nothing else\b|\bconfirm (?:it )?in writing\b"
     r"|\byou(?:'re| are) (?:now |hereby )?(?:authori[sz]ed|allowed|permitted|cleared) to\b"
-    r"|\bi (?:hereby )?(?:authori[sz]e|instruct|order|permit) you to\b"
-    r"|(?<!\bdo )\b(?:you|u) (?:now )?(?:have|got|hold) (?:the |full )?(?:authority|permission|clearance|power) to\b"
+    r"|(?<!\bdo )(?<!\bcan )\bi (?:hereby )?(?:authori[sz]e|instruct|order|permit) you to\b"
+    r"|(?:^|[.,:;!]\s*)(?:as (?:the|an?|my) \w+,? )?(?:you|u) (?:now )?(?:have|hold) (?:the |full )?"
+    r"(?:authority|permission|clearance|power) to\b"
     r"|\bfrom now on,? (?:you|always|answer|reply|respond|say|tell|end|start)\b"
     r"|\b(?:always|only) (?:use|trust|follow) (?:this|these|the new|the updated|my)\b"
     r"|\b(?:help ?cent(?:re|er)|policy|pricing|terms) update\b|\beffective (?:today|immediately|now)\b"
@@ -57,7 +58,8 @@ _INJECTION = re.compile(
 _STAFF_CLAIM = re.compile(
     r"\b(?:this is|i am|i'm|im)\s+(?:[a-z]+\s+){1,2}?from (?:the )?nimbus(?: drive)?(?:'s)?(?: tier \d)? "
     r"(?:billing|support|security|staff|engineering|legal|management)\b"
-    r"|\bas (?:a|an|the|your) nimbus(?: drive)? (?:billing|support|security)\b"
+    r"|\bas (?:a|an|the|your) nimbus(?: drive)? (?:billing|support|security) (?:agent|admin|administrator|staff|lead|"
+    r"team member|employee|manager|rep)\b"
     r"|\b[a-z]+ here from nimbus\b|\bnimbus (?:billing|support|security)(?: team| agent| staff)? here\b"
     r"|\binternal (?:test|override|escalation)\b|\b(?:staff|agent|admin) override\b",
     re.I,
@@ -65,8 +67,8 @@ _STAFF_CLAIM = re.compile(
 _STAFF_ORDER = re.compile(r"\b(?:confirm|apply|approve|process|issue|grant|credit|upgrade|disable|paste|refund)\b",
                           re.I)
 _CUSTOMER_VOICE = re.compile(r"\b(?:e-?mails?|messages?|texted|call(?:ed|ing)?|phoned|says|said|saying|legit|real|"
-                             r"scam|phishing|fake|genuine|suspicious|why)\b|\bhow (?:do|can|would|should) (?:i|we)\b",
-                             re.I)
+                             r"scam|phishing|fake|genuine|suspicious|why|posing|pretending|claiming)\b"
+                             r"|\bhow (?:do|can|would|should) (?:i|we)\b", re.I)
 # Messages that ask the assistant to act on an account's sign-in: to sign in for the customer, to read out or send
 # codes or login details, to reset or open another person's account, or to confirm what an account holds (its
 # e-mail, card, address); and messages that hand over a password.
@@ -193,8 +195,9 @@ _ADDED_QUESTION = re.compile(r"^\s*also\b", re.I)
 # Words that lean on the message before: a pronoun, or a closing "tho" ("im on the free plan tho").
 _LEANING_WORD = re.compile(r"\b(?:it|that|this|those|these|they|them|there)\b|\b(?:tho|though)\W*$", re.I)
 # Words that set a message against the one before wherever they stand ("im a teacher tho not a student, does it still
-# apply to me"); not "wait" nor "actually", which open new asks as often ("actually wait, could i just pause it").
-_CONTRASTING = re.compile(r"\b(?:tho|though|still apply|still applies)\b", re.I)
+# apply to me"); not "even though", nor "wait" or "actually", which open new asks as often ("actually wait, could i
+# just pause it").
+_CONTRASTING = re.compile(r"(?<!even )\b(?:tho|though)\b|\bstill (?:apply|applies)\b", re.I)
 
 
 def decline_reason(question: str) -> str:

@@ -25,11 +25,9 @@ ANSWER_SENTENCE_CLOSE = 0.40
 # How much closer in meaning to the question a sentence of an approved answer's article outside the answer must be
 # than the answer's own for it not to ground: 2 of 9 grounded neighbours on bench.answers' tuning part, no right lost.
 BEYOND_MARGIN = 0.15
-# Nearer than that, the sentence outside still tells when it holds a rare word of the question (one at most
-# BEYOND_RARE_DOCUMENTS articles and approved answers use), or its action ("delete"), that the answer and its question
-# lack: "pushed my api key to a public github repo" and "If a key was published by mistake ... revoke it" beside the
-# create-key steps (0.12). On every set's first turns, 0.06 to 0.15 apart, 6 such were wrong or handed off and none
-# right ("later", "authenticator" and "details" are used by 7 or more).
+# Nearer than that, a sentence outside the answer still tells when it names a rare word of the question (one at most
+# BEYOND_RARE_DOCUMENTS articles and approved answers use: looser than RARE_DOCUMENTS, which finds an article alone) or
+# its action ("delete"), and the answer does not (measured in docs/history.md, twentieth stop).
 BEYOND_NEAR_MARGIN = 0.06
 BEYOND_RARE_DOCUMENTS = 3
 
@@ -118,8 +116,9 @@ class SourceFinder:
     def asks_beyond(self, asked: str, hit: Hit) -> str:
         """Why the question asks what its approved answer does not say, or "": a sentence of the answer's article
         outside the answer is closer in meaning to the question than any sentence of the answer, by BEYOND_MARGIN,
-        or by BEYOND_NEAR_MARGIN where it holds a rare word of the question that the answer lacks ("is there a max
-        size for the zip?" beside the upload-limits answer, whose article's export sentence says)."""
+        or by BEYOND_NEAR_MARGIN where that sentence names a rare word or an action of the question that the answer
+        lacks ("is there a max size for the zip?" beside the upload-limits answer, whose article's export sentence
+        says; "pushed my api key to a public repo" beside the create-key steps)."""
         article = self.cache.get_article(hit.article_ids[0]) if hit.article_ids else None
         if article is None:
             return ""
@@ -130,15 +129,18 @@ class SourceFinder:
             return ""
         closest_in = max(self.cache.similarities(asked, inside))
         out_closeness = self.cache.similarities(asked, outside)
-        margin = max(out_closeness) - closest_in
-        said = f"asks what its article {article.id!r} says beyond it ({max(out_closeness):.2f} against {closest_in:.2f}"
-        beyond, held = stems(outside[out_closeness.index(max(out_closeness))]), stems(f"{hit.question}\n{hit.answer}")
-        terms = self.words.vocabulary().terms(asked)
-        named = sorted({t for t in terms if t in ACTION_TERMS or self.words.vocabulary().rare(t, BEYOND_RARE_DOCUMENTS)}
-                       & beyond - held)
-        if margin >= BEYOND_MARGIN:
+        closest_out = max(out_closeness)
+        said = f"asks what its article {article.id!r} says beyond it ({closest_out:.2f} against {closest_in:.2f}"
+        if closest_out - closest_in >= BEYOND_MARGIN:
             return f"{said})"
-        return f"{said}, and names {', '.join(named)})" if named and margin >= BEYOND_NEAR_MARGIN else ""
+        if closest_out - closest_in < BEYOND_NEAR_MARGIN:
+            return ""
+        vocabulary = self.words.vocabulary()
+        telling = {term for term in vocabulary.terms(asked)
+                   if term in ACTION_TERMS or vocabulary.rare(term, BEYOND_RARE_DOCUMENTS)}
+        beyond, held = stems(outside[out_closeness.index(closest_out)]), stems(f"{hit.question}\n{hit.answer}")
+        named = sorted((telling & beyond) - held)
+        return f"{said}, and names {', '.join(named)})" if named else ""
 
     def approved_matches(self, question: str) -> list[Hit]:
         """The best approved answers by the hybrid match, best first, one more than may ground (the runner-up

@@ -10,7 +10,7 @@ from decoding import Engine, StepConfig
 
 from .figures import sum_figures
 from .grounds import ArticlePick, Grounds
-from .passages import Passage, article_units, best_passage
+from .passages import Passage, answer_source, article_units, best_passage
 from .prompt import (
     ApprovedAnswer,
     Message,
@@ -48,7 +48,8 @@ CONTEXT_CLOSE = 0.4
 
 @dataclass(frozen=True)
 class Unanswered:
-    """A turn that is not decoded: a declined message, a hand-off, or staff's own text (an article's passage)."""
+    """A turn that is not decoded: a declined message, a hand-off, or staff's own text (a passage of an article or of
+    an approved answer, or a sum's figures)."""
 
     question: str
     session_id: str
@@ -157,7 +158,7 @@ class TurnPlanner:
             return Unanswered(question, session_id, STAFF_TEXT, f"needs a sum: {worked}the article's figures", passage)
         if grounds.new_topic:  # asked as a first question: what nothing covers is handed off, not answered from chat
             messages = []
-        repeated = self.repeated_answer(grounds, question, messages) if self.settings.check_sources else None
+        repeated = self.repeated_answer(grounds, question, conversation) if self.settings.check_sources else None
         if repeated is not None:
             return Unanswered(question, session_id, STAFF_TEXT, "a follow-up of the answer just given: its closest "
                               "sentences", repeated)
@@ -218,26 +219,32 @@ class TurnPlanner:
         return self.closest_passage(f"article:{article.id}", article.title, article_units(article.body), grounds,
                                     question) if article else None
 
-    def repeated_answer(self, grounds: Grounds, question: str, messages: list[Message]) -> Passage | None:
-        """For a follow-up grounded on the approved answer that the reply before it gave whole ("and on personal?"
-        after the upload limits): that answer's sentences closest to the follow-up, not the same reply again."""
-        replies = [" ".join(m.content.lower().split()) for m in without_frames(messages) if m.role == "assistant"]
+    def repeated_answer(self, grounds: Grounds, question: str, conversation: list[Message]) -> Passage | None:
+        """For a follow-up grounded on the approved answer that the reply just before it gave whole ("and on
+        personal?" after the upload limits): that answer's sentences closest to the follow-up, not the same reply
+        again; None where they are the whole answer (a step's list is shown whole)."""
+        replies = [" ".join(m.content.lower().split()) for m in without_frames(conversation) if m.role == "assistant"]
         grounding = grounds.choice.grounding
-        if not grounding or not replies or " ".join(grounding[0].answer.lower().split()) not in replies[-1]:
+        if grounds.new_topic or not grounding or not replies:
             return None
-        hit = grounding[0]
-        return self.closest_passage(f"answer:{hit.id}", hit.question, article_units(hit.answer), grounds, question)
+        hit, units = grounding[0], article_units(grounding[0].answer)
+        if " ".join(hit.answer.lower().split()) not in replies[-1]:
+            return None
+        passage = self.closest_passage(answer_source(hit), hit.question, units, grounds, question, read_before=True)
+        return passage if passage and len(passage.text.splitlines()) < len(units) else None
 
-    def closest_passage(self, source: str, title: str, units: list[str], grounds: Grounds,
-                        question: str) -> Passage | None:
+    def closest_passage(self, source: str, title: str, units: list[str], grounds: Grounds, question: str,
+                        read_before: bool = False) -> Passage | None:
         """The sentences of a source (`units`) closest to the question. A follow-up's source is the conversation's,
         and its passage is the sentences closest to the conversation and to the follow-up alike: "and if i pay for
-        personal?" after the Free plan's device limit wants the paid plans' sentence."""
+        personal?" after the Free plan's device limit wants the paid plans' sentence. Where the customer has
+        read the source (`read_before`), a sentence is also as close as it is to the follow-up alone."""
         if not units:
             return None
         closeness = self.cache.similarities(grounds.asked, units)
         if question != grounds.asked:
-            closeness = [(a + b) / 2 for a, b in zip(closeness, self.cache.similarities(question, units), strict=True)]
+            alone = self.cache.similarities(question, units)
+            closeness = [max((a + b) / 2, b if read_before else 0.0) for a, b in zip(closeness, alone, strict=True)]
         text = best_passage(units, closeness, question)
         if not text:
             return None

@@ -201,6 +201,24 @@ def test_a_follow_up_s_passage_is_close_to_the_follow_up_not_only_to_the_questio
     assert refund not in service.planner.passage(grounds, grounds.asked).text  # the joined question alone
 
 
+def test_a_follow_up_of_the_approved_answer_just_given_gets_its_closest_sentences_not_the_reply_again(service):
+    first = "how do i get my money back, i paid for a year by mistake"
+    refund = next(json.loads(line) for line in (DATA_DIR / "approved_answers.jsonl").read_text().splitlines()
+                  if json.loads(line)["group"] == "refund-request")
+    history = [{"role": "user", "content": first}, {"role": "assistant", "content": refund["answer"]}]  # given whole
+    follow_up = service.ask("what if its the monthly plan", history)
+    assert follow_up.stats.outcome == STAFF_TEXT and refund["question"] in follow_up.text.split("\n")[0]
+    assert "Monthly plans are not refunded" in follow_up.text and len(follow_up.text) < len(history[1]["content"])
+    # Not after another reply, a hand-off included: the reply grounded on the answer is decoded
+    handed_off = [*history, {"role": "user", "content": "can i pay with crypto"},
+                  {"role": "assistant", "content": service.settings.handoff_message}]
+    assert "answer just given" not in getattr(service.planner.plan("what if its the monthly plan", handed_off, "s"),
+                                              "reason", "")
+    other = [history[0], {"role": "assistant", "content": "Please contact support."}]
+    planned = service.planner.plan("what if its the monthly plan", other, "s")
+    assert isinstance(planned, ChatTurn) and planned.grounding[0].question == refund["question"]
+
+
 def test_a_strict_check_cuts_and_what_is_shown_is_still_a_prefix(service):
     # Without approved answers to copy, the model writes its own sentences from the article.
     strict = service.with_settings(sentence_overlap=1.0, grounding="off")
