@@ -216,11 +216,11 @@ def unsupported_step(sentence: str, sources: Sources) -> str:
     # A source's later step under this number, where no source's step of this number says it: the model left a
     # step of the procedure out ("3. Click Save" after step 2, the password step gone). A list that is no procedure
     # ("1. Personal: $8 per month") may leave items out.
-    acts = _CONTROL.search(step) or _CLICKED.search(step)
-    later = min((int(at) for at, others in sources.steps.items() if int(at) > int(number) and others.holds(said)),
-                default=0)
-    if acts and later and not steps.holds(said):
-        return f"step {number} says step {later}'s words"
+    if (_CONTROL.search(step) or _CLICKED.search(step)) and not steps.holds(said):
+        later = min((int(at) for at, others in sources.steps.items() if int(at) > int(number) and others.holds(said)),
+                    default=0)
+        if later:
+            return f"step {number} says step {later}'s words"
     if sources.holds(said):  # a source's own words, numbered: "2. Click Revoke next to the key"
         return ""
     for control in map(_control_name, _CONTROL.findall(step)):

@@ -9,6 +9,7 @@ from cache.records import DECLINED, HANDED_OFF, STAFF_TEXT, Hit
 from decoding import Engine, StepConfig
 
 from .figures import sum_figures
+from .grounding import contains
 from .grounds import ArticlePick, Grounds
 from .passages import Passage, answer_source, article_units, best_passage
 from .prompt import (
@@ -223,12 +224,12 @@ class TurnPlanner:
         """For a follow-up grounded on the approved answer that the reply just before it gave whole ("and on
         personal?" after the upload limits): that answer's sentences closest to the follow-up, not the same reply
         again; None where they are the whole answer (a step's list is shown whole)."""
-        replies = [" ".join(m.content.lower().split()) for m in without_frames(conversation) if m.role == "assistant"]
+        replies = [m for m in conversation if m.role == "assistant"]
         grounding = grounds.choice.grounding
         if grounds.new_topic or not grounding or not replies:
             return None
         hit, units = grounding[0], article_units(grounding[0].answer)
-        if " ".join(hit.answer.lower().split()) not in replies[-1]:
+        if not contains(without_frames(replies[-1:])[0].content, hit.answer):
             return None
         passage = self.closest_passage(answer_source(hit), hit.question, units, grounds, question, read_before=True)
         return passage if passage and len(passage.text.splitlines()) < len(units) else None
