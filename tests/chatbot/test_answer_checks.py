@@ -344,6 +344,14 @@ def test_files_wanted_gone_for_good_are_not_answered_by_the_restore_steps():
         assert check_answer(asked, restore).answers, asked
 
 
+def test_removing_someone_s_access_is_stopping_sharing_and_not_its_opposite():
+    remove_access = next(a for a in APPROVED if a["group"] == "remove-folder-access")
+    share = next(a for a in APPROVED if a["group"] == "share-folder-people")
+    asked = "how do i stop sharing a folder with my ex, i shared it last year"
+    assert check_answer(asked, remove_access).answers
+    assert "asks to stop sharing" in check_answer(asked, share).reason
+
+
 def test_un_with_a_hyphen_is_the_opposite_action():
     asked = "I'm team admin and want to stop forcing 2FA on everyone. where's the toggle to un-require it?"
     assert swapped_action(asked, ARTICLES["two-factor-setup"], whole_text=True) == ("unrequire", "require")
