@@ -43,6 +43,8 @@ _DEVICE_SWITCH = re.compile(r" (?:turn|switch)\w* (?:on |off )?(?:my |the |our |
 # "Stop uploads from failing" wants them to go on: what follows says a fault, not the process, is to stop.
 _KEPT_GOING = (r"(?!(?:from )?(?:fail|failing|getting stuck|pausing|stopping|crashing|breaking|erroring|freezing|"
                r"hanging|stalling|timing out)\b)")
+# "close to signing", "close by": nearness, not closing something; "shut that key off": switching it off.
+_NOT_FOLLOWED_BY = {"stop": _KEPT_GOING, "close": r"(?!(?:to|by|enough) )", "shut": r"(?!(?:[a-z0-9'-]+ ){0,3}off )"}
 # What a customer stops where the help centre switches it on ("stop camera uploads" is not answered by the turn-on
 # steps); "stop" alone is looser ("stop the link working", "stop paying for her seat").
 _STOPPED_PROCESS = tuple(f"stop {the}{what}" for the in ("", "the ", "my ", "all ")
@@ -72,6 +74,7 @@ OPPOSITES = (
     (("delete", "remove"), ("undo", "undelete", "cancel the deletion", "reverse")),
     (("install",), ("uninstall",)),
     (("archive",), ("unarchive",)),
+    (("create",), ("close", "shut")),  # "shut that upload page": a file request is closed, not created
     # Not an action but its premise: a customer who still knows the password wants to change it, not the
     # forgotten-password steps.
     (("forgot", "forget", "forgotten", "can't remember", "cant remember", "don't remember", "dont remember"),
@@ -389,7 +392,7 @@ def _phrase_regex(phrase: str, base_only: bool = False) -> re.Pattern:
     if particle in PARTICLES:
         ending = "" if base_only else "(?:s|ed|ing)?"
         return re.compile(rf" {re.escape(verb)}{ending} (?:[a-z0-9'-]+ ){{0,3}}{particle} ")
-    return re.compile(f"(?= {re.escape(phrase)} {_KEPT_GOING if verb == 'stop' else ''})")
+    return re.compile(f"(?= {re.escape(phrase)} {_NOT_FOLLOWED_BY.get(verb, '')})")
 
 
 def _padded(text: str) -> str:

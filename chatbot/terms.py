@@ -39,7 +39,7 @@ than thank thanks that that's the their theirs them then there these they this t
 trying u under until up us very want wanted wants was way we were what what's when where which while who whom
 why will with won't would yes yet you your yours yourself hi hello hey help okay ok guys anyone someone really
 actually maybe cant can't dont doesnt doesn't didn't im ive thats whats wanna gonna something thing things tell
-know idea possible also again
+know idea possible also again supposed
 """.split()) - DIRECTION_WORDS
 
 
