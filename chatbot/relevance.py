@@ -10,10 +10,20 @@ cheap and explainable to staff:
 - direction: an action and its opposite (on/off, add/remove, ...) must not be swapped.
 """
 
-import functools
 import re
 from dataclasses import dataclass
 
+from .actions import (
+    DEVICE_SWITCH,
+    OPPOSITES,
+    PARTICLES,
+    SWITCHED,
+    SWITCHES,
+    padded,
+    phrase_regex,
+    said,
+    said_at,
+)
 from .others import PLATFORMS, PRODUCTS
 from .terms import DIRECTION_WORDS, STOPWORDS, Vocabulary, content_words, stem, stems
 
@@ -30,59 +40,6 @@ _NOT_NAMES = frozenset("yearly annual monthly paid free current cheap cheaper ch
                        "smaller smallest higher highest lower lowest better best whole new old next top same other "
                        "different right storage data actual real official proper native dedicated separate "
                        "standalone full".split())
-
-# Opposite actions, each side a set of phrases. A question doing one side is not answered by a source whose
-# question does the other, nor by an article that never says its side.
-# A switch's two ways as a customer asks for them ("turn off", not "my laptop was switched off"); the direction
-# test also reads looser words for each ("set up", "get rid of"), and a source switches with any of those or these.
-SWITCHES = (("turn on", "switch on", "enable"),
-            ("turn off", "switch off", "turn it off", "switch it off", "disable"))
-_SWITCHED = ("activate", "deactivate", "resume", "connect", "disconnect")  # not "pause": "uploads pause when full"
-_DEVICE_SWITCH = re.compile(r" (?:turn|switch)\w* (?:on |off )?(?:my |the |our |it )?"
-                            r"(?:laptop|phone|computer|desktop|pc|mac|ipad|tablet|wifi|router|device)s? ")
-# "Stop uploads from failing" wants them to go on: what follows says a fault, not the process, is to stop.
-_KEPT_GOING = (r"(?!(?:from )?(?:fail|failing|getting stuck|pausing|stopping|crashing|breaking|erroring|freezing|"
-               r"hanging|stalling|timing out)\b)")
-# "close to signing", "close by": nearness, not closing something; "shut that key off": switching it off.
-_NOT_FOLLOWED_BY = {"stop": _KEPT_GOING, "close": r"(?!(?:to|by|enough) )", "shut": r"(?!(?:[a-z0-9'-]+ ){0,3}off )"}
-# What a customer stops where the help centre switches it on ("stop camera uploads" is not answered by the turn-on
-# steps); "stop" alone is looser ("stop the link working", "stop paying for her seat").
-_STOPPED_PROCESS = tuple(f"stop {the}{what}" for the in ("", "the ", "my ", "all ")
-                         for what in ("uploading", "syncing", "backing up", "uploads", "camera uploads",
-                                      "photo uploads", "auto uploads", "auto upload", "sync", "backups", "backup"))
-OPPOSITES = (
-    ((*SWITCHES[0], "activate", "set up", "setup"),
-     (*SWITCHES[1], "deactivate", "don't want", "no longer want", "get rid of", *_STOPPED_PROCESS,
-      "from uploading", "from syncing", "from backing up")),
-    (("add", "invite"), ("remove", "delete", "kick", "take off")),  # "take her off our team", "take it off"
-    (("start", "begin", "resume"), ("stop", "pause", "end")),
-    (("show", "unhide"), ("hide",)),
-    (("cancel", "downgrade", "down to"), ("restore", "reactivate", "renew", "upgrade")),
-    (("share",), ("unshare", "stop sharing", "remove someone", "remove someone's access", "remove access",
-                  "remove their access", "remove his access", "remove her access")),
-    (("lock",), ("unlock",)),
-    (("require", "enforce", "force"),
-     ("un-require", "unrequire", "stop requiring", "stop forcing", "stop enforcing", "no longer require",
-      "remove the requirement")),
-    (("restore", "recover", "undelete", "get back", "bring back", "get it back", "get them back", "get that back",
-      "get those back"),
-     ("delete permanently", "permanently delete", "gone for good", "delete forever", "for good", "for real",
-      "empty trash", "empty the trash", "gone gone", "erase", "skip the trash", "bypass the trash")),
-    (("update", "replace", "swap"), ("remove", "delete", "get rid of")),
-    (("block",), ("unblock",)),
-    (("connect", "integrate"), ("disconnect",)),  # not "unlink": "connect my new laptop" beside the device limit
-    (("delete", "remove"), ("undo", "undelete", "cancel the deletion", "reverse")),
-    (("install",), ("uninstall",)),
-    (("archive",), ("unarchive",)),
-    (("create",), ("close", "shut")),  # "shut that upload page": a file request is closed, not created
-    # Not an action but its premise: a customer who still knows the password wants to change it, not the
-    # forgotten-password steps.
-    (("forgot", "forget", "forgotten", "can't remember", "cant remember", "don't remember", "dont remember"),
-     ("still know", "know my password", "know my current password", "know my old password", "know the password")),
-)
-
-# The one-word actions above, as stems: a question's action a source's sentence says and another source lacks.
-ACTION_TERMS = frozenset(stem(phrase) for pair in OPPOSITES for side in pair for phrase in side if " " not in phrase)
 
 # Sides that undo whatever was said before them: "undo" is deleting's opposite only where a deletion or removal is
 # said ("i made her an admin by mistake, how do i undo that" is not answered by not deleting).
@@ -144,8 +101,6 @@ _DEMONSTRATIVE = re.compile(r"\b(?:that|this|those|these)\b\s*([a-z']*)", re.I)
 # The known words a message's asking sentences need to be read alone (question_coverage).
 ASKED_TERMS = 2
 
-# The particles of phrasal verbs above that may stand apart from their verb ("turn 2FA off").
-PARTICLES = ("on", "off")
 
 
 @dataclass(frozen=True)
@@ -264,12 +219,12 @@ def unknown_product(question: str, vocabulary: Vocabulary) -> str:
     """A product, platform or offering the question names and the help centre never does ("Dropbox", "smart TV", "a
     family plan"): the question is about another company's product, one Nimbus has no app for or does not sell; ""
     when there is none. One it names (Okta, iPhone) is a word like any other."""
-    asked = _padded(question)
+    asked = padded(question)
     for name in (*PRODUCTS, *PLATFORMS):
         if f" {name} " in asked and not vocabulary.mentions(name):
             return name
     for clause in _CLAUSE_BREAK.split(question):
-        for name, kind in (found.groups() for found in _OFFERING.finditer(_padded(clause))):
+        for name, kind in (found.groups() for found in _OFFERING.finditer(padded(clause))):
             named = [word for word in name.split() if word not in STOPWORDS and word not in _NOT_NAMES]
             if any(not any(map(vocabulary.known, vocabulary.terms(word))) for word in named):
                 return f"{name} {kind}"
@@ -281,44 +236,44 @@ def swapped_action(question: str, source: str, whole_text: bool) -> tuple[str, s
     article (`whole_text`) only when the article never says the question's side. A question that says both
     sides wants the one it says last ("we turned it on but how do I switch it back off"), unless it says it does
     not want that one ("i know my password ... dont want to do the whole forgot password email thing")."""
-    asked, given = _padded(question), _padded(source)
+    asked, given = padded(question), padded(source)
     for one, other in OPPOSITES:
         for side, opposite in ((one, other), (other, one)):
-            wants, where = _said_at(asked, side)
-            later = _said_at(asked, opposite)[1]
+            wants, where = said_at(asked, side)
+            later = said_at(asked, opposite)[1]
             refused = _negated(asked, where)
             overruled = later > where and not _negated(asked, later)
             if not wants or refused or overruled or (wants in _RELATIVE and not _said_in_any_form(asked, opposite)):
                 continue
-            if whole_text and not _said(given, side) and _said(given, opposite):
-                return wants, _said(given, opposite)
-            if not whole_text and _said(given, opposite) and not _said(given, side):
-                return wants, _said(given, opposite)
+            if whole_text and not said(given, side) and said(given, opposite):
+                return wants, said(given, opposite)
+            if not whole_text and said(given, opposite) and not said(given, side):
+                return wants, said(given, opposite)
     return None
 
 
-def _said_in_any_form(padded: str, phrases: tuple[str, ...]) -> bool:
-    """Whether `padded` says one of the one-word `phrases` in any form ("deleted", "deletion" for "delete")."""
-    said = {stem(word) for word in padded.split()}
-    return any(stem(phrase) in said for phrase in phrases if " " not in phrase)
+def _said_in_any_form(text: str, phrases: tuple[str, ...]) -> bool:
+    """Whether `text` (padded) says one of the one-word `phrases` in any form ("deleted", "deletion" for "delete")."""
+    stems_said = {stem(word) for word in text.split()}
+    return any(stem(phrase) in stems_said for phrase in phrases if " " not in phrase)
 
 
-def _negated(padded: str, where: int) -> bool:
+def _negated(text: str, where: int) -> bool:
     """Whether the question says it does not want the phrase said at `where`."""
-    return bool(_NEGATION.search(padded[: where + 1]))
+    return bool(_NEGATION.search(text[: where + 1]))
 
 
 def unsaid_action(question: str, source: str) -> str:
     """The switch the question asks for ("turn off") where the source switches nothing either way, or "": the
     storage answer's steps free space, and copied for "turn off camera uploads" they answer what was not asked.
     Other actions are said loosely ("forgot to cancel" wants a refund; "make the link stop" its expiry)."""
-    asked, given = _padded(question), _padded(source)
-    if _DEVICE_SWITCH.search(asked):  # "every time i turn on my laptop": no switch of ours
+    asked, given = padded(question), padded(source)
+    if DEVICE_SWITCH.search(asked):  # "every time i turn on my laptop": no switch of ours
         return ""
-    switched = (*OPPOSITES[0][0], *OPPOSITES[0][1], *_SWITCHED)
+    switched = (*OPPOSITES[0][0], *OPPOSITES[0][1], *SWITCHED)
     for side, opposite in ((SWITCHES[0], SWITCHES[1]), (SWITCHES[1], SWITCHES[0])):
-        wants, where = _said_at(asked, side, base_only=True)
-        if wants and _said_at(asked, opposite)[1] < where and not _said(given, switched):
+        wants, where = said_at(asked, side, base_only=True)
+        if wants and said_at(asked, opposite)[1] < where and not said(given, switched):
             return wants
     return ""
 
@@ -327,10 +282,10 @@ def unheld_object(question: str, source: str, vocabulary: Vocabulary) -> str:
     """What an action of the question acts on ("remove my credit card": credit) where the source never names it,
     or "": the account-deletion steps remove an account, not a card. A word the help centre never uses, or a
     pronoun ("turn it off"), says nothing."""
-    asked, named = _padded(question), stems(source)
+    asked, named = padded(question), stems(source)
     for pair in OPPOSITES:
         for phrase in (p for p in (*pair[0], *pair[1]) if p.partition(" ")[0] in _TRANSITIVE):
-            for match in _phrase_regex(phrase).finditer(asked):
+            for match in phrase_regex(phrase).finditer(asked):
                 acted_on = _object(asked, match, phrase, vocabulary)
                 if acted_on and acted_on[1] not in named:
                     return acted_on[0]
@@ -344,7 +299,7 @@ def refused_action(question: str, lead: str) -> str:
     Nimbus Drive account"), or ""."""
     leading = content_words(lead)[:1]
     action = stem(leading[0]) if leading else ""
-    asked = _padded(question)
+    asked = padded(question)
     for match in (*_REFUSED.finditer(asked), *_CHORE.finditer(asked)):
         refused = match.group(1)
         if refused in _LIGHT_VERBS:  # "without me sending 60 invites": what is refused is inviting
@@ -358,9 +313,9 @@ def _object(asked: str, match: re.Match, phrase: str, vocabulary: Vocabulary) ->
     """The word an action (`match` of `phrase` in the padded question) acts on, with its term, or None where it
     names none the help centre knows: the first word after the action within _OBJECT_REACH (between a verb and its
     particle when they stand apart, "turn 2fa off"), past the words of _OBJECT_SKIP."""
-    said = asked[match.start() :].split()
+    following = asked[match.start() :].split()
     inside = match.group(0).split()[1:-1] if phrase.partition(" ")[2] in PARTICLES else []
-    after = inside or said[len(phrase.split()) :]
+    after = inside or following[len(phrase.split()) :]
     for word in after[:_OBJECT_REACH]:
         if word in _OBJECT_SKIP:
             continue
@@ -369,32 +324,3 @@ def _object(asked: str, match: re.Match, phrase: str, vocabulary: Vocabulary) ->
         term = next(iter(vocabulary.terms(word)), "")
         return (word, term) if term and vocabulary.weight(term) else None
     return None
-
-
-def _said(padded: str, phrases: tuple[str, ...]) -> str:
-    return _said_at(padded, phrases)[0]
-
-
-def _said_at(padded: str, phrases: tuple[str, ...], base_only: bool = False) -> tuple[str, int]:
-    """The phrase of `phrases` said last in `padded` and where, or ("", -1). A verb and its particle may stand
-    apart ("switch that requirement back off" says "switch off")."""
-    found, last = "", -1
-    for phrase in phrases:
-        for match in _phrase_regex(phrase, base_only).finditer(padded):
-            if match.start() > last:
-                found, last = phrase, match.start()
-    return found, last
-
-
-@functools.cache  # compiled once: re's lookup per call was a third of the direction checks' time
-def _phrase_regex(phrase: str, base_only: bool = False) -> re.Pattern:
-    verb, _, particle = phrase.partition(" ")
-    if particle in PARTICLES:
-        ending = "" if base_only else "(?:s|ed|ing)?"
-        return re.compile(rf" {re.escape(verb)}{ending} (?:[a-z0-9'-]+ ){{0,3}}{particle} ")
-    return re.compile(f"(?= {re.escape(phrase)} {_NOT_FOLLOWED_BY.get(verb, '')})")
-
-
-def _padded(text: str) -> str:
-    lowered = re.sub(r"\bun-(?=[a-z])", "un", text.lower().replace("’", "'"))  # "un-require" is "unrequire"
-    return (" " + re.sub(r"[^a-z0-9.']+", " ", lowered) + " ").replace(". ", " ")

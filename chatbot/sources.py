@@ -6,11 +6,12 @@ from dataclasses import replace
 from cache import AnswerCache
 from cache.records import Hit
 
+from .actions import ACTION_TERMS
 from .grounding import article_of_match, choose_grounding
 from .grounds import ArticlePick, Grounds, first_of_each
 from .passages import CLOSE_LINE
 from .questions import HelpCentreWords
-from .relevance import ACTION_TERMS, check_source
+from .relevance import check_source
 from .settings import GROUNDING_REVIEWS, ChatSettings
 from .support import text_sentences
 from .terms import spelled_out, stems
