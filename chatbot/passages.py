@@ -78,7 +78,7 @@ def _whole_lists(units: Sequence[str], chosen: set[int], question: str) -> set[i
             start -= 1
         while end + 1 < len(units) and listed[end + 1]:
             end += 1
-        if not swapped_action(question, "\n".join(units[start : end + 1]), whole_text=False):
+        if not swapped_action(question, "\n".join(units[start : end + 1])):
             whole |= set(range(start, end + 1))
     return whole
 

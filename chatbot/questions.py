@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from cache import AnswerCache
 from cache.records import ArticleRecord
 
+from .actions import padded, said
 from .prompt import InputError, Message, clean_text
 from .sums import asks_a_count, asks_for_add_on, asks_more_by_the_month
 from .support import text_sentences
@@ -286,12 +287,15 @@ class HelpCentreWords:
         (seconds for the shipped help centre with all-mpnet-base-v2), not while a customer waits."""
         self.article_by_sentence("warm-up")
 
-    def article_by_sentence(self, question: str) -> ClosestLine | None:
+    def article_by_sentence(self, question: str, saying: tuple[str, ...] = ()) -> ClosestLine | None:
         """The article that holds the sentence closest in meaning to the question, with that cosine: a long article's
         vector stands for its main topics, and a question about one line of it ("can i put face id on the app?" and
-        the mobile app's article) is found by the line. None when the help centre has no article."""
+        the mobile app's article) is found by the line. Only sentences that say one of the phrases `saying` (an
+        action, chatbot/actions.py) where it is given. None when no article's sentence qualifies."""
         self.vocabulary()  # refreshes the snapshot after a change
         held = self._sentences  # one snapshot: a refresh replaces the list whole
+        if saying:
+            held = [(article, sentence) for article, sentence in held if said(padded(sentence), saying)]
         if not held:
             return None
         closeness = self.cache.similarities(question, [sentence for _, sentence in held])

@@ -45,6 +45,13 @@ _NOT_NAMES = frozenset("yearly annual monthly paid free current cheap cheaper ch
 # said ("i made her an admin by mistake, how do i undo that" is not answered by not deleting).
 _RELATIVE = frozenset({"undo", "reverse"})
 
+# A plan left for a smaller one ("go back down to personal"), and how a source says a plan changes: the remove-member
+# steps do not move a team to Personal, nor does deleting the account (which says "cancel"). What follows these
+# supposes the move rather than asks for it (plan_down).
+_PLAN_DOWN = re.compile(r" (?:downgrad(?:e|ed|ing)|down to (?:the |a )?(?:free|personal|team)) ")
+PLAN_CHANGED = ("downgrade", "change plan")
+_SUPPOSED = re.compile(r" (?:if|when|once|after) (?:[a-z0-9'.]+ ){0,4}$")
+
 # Words that say what follows is not wanted: refused_action's and swapped_action's.
 _NOT_WANTED = r"(?:don't|dont|do not|no longer) (?:want|wanna|need)"
 # A phrase within a few words after these is not wanted (swapped_action).
@@ -137,8 +144,8 @@ def check_source(question: str, source: str, vocabulary: Vocabulary, least: Cove
         return SourceCheck(False, coverage, f"names {product}, which the help centre never does")
     # An approved answer's question names its action; where it names none ("How do I back up my phone's
     # photos?"), its steps do ("tap Camera uploads and turn it on"), read as an article's text is.
-    swapped = (swapped_action(question, source_question, whole_text=False) if source_question else None) \
-        or swapped_action(question, source, whole_text=True)
+    swapped = (swapped_action(question, source_question) if source_question else None) \
+        or swapped_action(question, source)
     if swapped:
         return SourceCheck(False, coverage, f"asks to {swapped[0]}, the source is about {swapped[1]}")
     unsaid = unsaid_action(question, whole)
@@ -231,12 +238,21 @@ def unknown_product(question: str, vocabulary: Vocabulary) -> str:
     return ""
 
 
-def swapped_action(question: str, source: str, whole_text: bool) -> tuple[str, str] | None:
-    """(the question's action, the source's) where the source does the opposite of what is asked. For an
-    article (`whole_text`) only when the article never says the question's side. A question that says both
+@dataclass(frozen=True)
+class AskedAction:
+    """An action a question asks for: the phrase it says, that phrase's side of its OPPOSITES pair and the other."""
+
+    phrase: str
+    side: tuple[str, ...]
+    opposite: tuple[str, ...]
+
+
+def asked_actions(question: str) -> list[AskedAction]:
+    """The actions the question asks for, one at most per side of each OPPOSITES pair. A question that says both
     sides wants the one it says last ("we turned it on but how do I switch it back off"), unless it says it does
     not want that one ("i know my password ... dont want to do the whole forgot password email thing")."""
-    asked, given = padded(question), padded(source)
+    asked = padded(question)
+    actions = []
     for one, other in OPPOSITES:
         for side, opposite in ((one, other), (other, one)):
             wants, where = said_at(asked, side)
@@ -245,10 +261,18 @@ def swapped_action(question: str, source: str, whole_text: bool) -> tuple[str, s
             overruled = later > where and not _negated(asked, later)
             if not wants or refused or overruled or (wants in _RELATIVE and not _said_in_any_form(asked, opposite)):
                 continue
-            if whole_text and not said(given, side) and said(given, opposite):
-                return wants, said(given, opposite)
-            if not whole_text and said(given, opposite) and not said(given, side):
-                return wants, said(given, opposite)
+            actions.append(AskedAction(wants, side, opposite))
+    return actions
+
+
+def swapped_action(question: str, source: str) -> tuple[str, str] | None:
+    """(the question's action, the source's) where the source does the opposite of what is asked and never says
+    the question's side."""
+    given = padded(source)
+    for action in asked_actions(question):
+        said_side, said_opposite = said(given, action.side), said(given, action.opposite)
+        if said_opposite and not said_side:
+            return action.phrase, said_opposite
     return None
 
 
@@ -264,9 +288,10 @@ def _negated(text: str, where: int) -> bool:
 
 
 def unsaid_action(question: str, source: str) -> str:
-    """The switch the question asks for ("turn off") where the source switches nothing either way, or "": the
-    storage answer's steps free space, and copied for "turn off camera uploads" they answer what was not asked.
-    Other actions are said loosely ("forgot to cancel" wants a refund; "make the link stop" its expiry)."""
+    """The switch the question asks for ("turn off"), or the smaller plan, where the source switches nothing either
+    way or changes no plan, or "": the storage answer's steps free space, and copied for "turn off camera uploads"
+    they answer what was not asked. Other actions are said loosely ("forgot to cancel" wants a refund; "make the
+    link stop" its expiry)."""
     asked, given = padded(question), padded(source)
     if DEVICE_SWITCH.search(asked):  # "every time i turn on my laptop": no switch of ours
         return ""
@@ -275,7 +300,18 @@ def unsaid_action(question: str, source: str) -> str:
         wants, where = said_at(asked, side, base_only=True)
         if wants and said_at(asked, opposite)[1] < where and not said(given, switched):
             return wants
-    return ""
+    down = plan_down(question)
+    return down if down and not said(given, PLAN_CHANGED) else ""
+
+
+def plan_down(question: str) -> str:
+    """How the question asks to leave its plan for a smaller one ("go back down to personal"), or "": not where it
+    supposes it ("and if i drop back down to free?" asks what Free allows)."""
+    asked = padded(question)
+    down = _PLAN_DOWN.search(asked)
+    if down is None or _SUPPOSED.search(asked[: down.start() + 1]):
+        return ""
+    return down.group(0).strip()
 
 
 def unheld_object(question: str, source: str, vocabulary: Vocabulary) -> str:

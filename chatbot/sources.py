@@ -10,8 +10,8 @@ from .actions import ACTION_TERMS
 from .grounding import article_of_match, choose_grounding
 from .grounds import ArticlePick, Grounds, first_of_each
 from .passages import CLOSE_LINE
-from .questions import HelpCentreWords
-from .relevance import check_source
+from .questions import ClosestLine, HelpCentreWords
+from .relevance import check_source, plan_down
 from .settings import GROUNDING_REVIEWS, ChatSettings
 from .support import text_sentences
 from .terms import spelled_out, stems
@@ -31,6 +31,12 @@ BEYOND_MARGIN = 0.15
 # its action ("delete"), and the answer does not (measured in docs/history.md, twentieth stop).
 BEYOND_NEAR_MARGIN = 0.06
 BEYOND_RARE_DOCUMENTS = 3
+# How close a sentence that downgrades must be to a question that asks for a smaller plan to find its article,
+# where no sentence is CLOSE_LINE close: the downgrade line was 0.40-0.52 to the five such questions of the sets seen
+# (docs/history.md, twenty-first stop).
+PLAN_LINE_CLOSE = 0.40
+# What that sentence says: a downgrade ("cancel" lines are about leaving every paid plan, or an account).
+DOWNGRADING = ("downgrade",)
 
 
 class SourceFinder:
@@ -68,6 +74,8 @@ class SourceFinder:
         article passes the source checks as if retrieval had found it that close; and why not, if it does not."""
         line = self.words.article_by_sentence(asked)
         if line is None or line.closeness < CLOSE_LINE:
+            line = self.plan_change_line(asked)
+        if line is None:
             return None, []
         record = line.article
         pick = ArticlePick.of(record.id, record.title, record.body, line.closeness)
@@ -75,6 +83,14 @@ class SourceFinder:
         if verdict.answers:
             return pick, []
         return None, [f"article {record.id!r} (by its closest line) {verdict.reason}"]
+
+    def plan_change_line(self, asked: str) -> ClosestLine | None:
+        """For a question that asks to move to a smaller plan, the closest sentence of the help centre that says
+        DOWNGRADING, if PLAN_LINE_CLOSE close: "how do i go back down to personal" and "Click Change plan, then
+        Downgrade to Free (or choose Personal if you are leaving Team)", which no vector finds for a question about
+        leaving Team (the team-roles article and the upgrade steps are nearer)."""
+        line = self.words.article_by_sentence(asked, saying=DOWNGRADING) if plan_down(asked) else None
+        return line if line is not None and line.closeness >= PLAN_LINE_CLOSE else None
 
     def far_from(self, asked: str, text: str, close: float) -> str:
         """Why a source whose words the question shares does not answer it, or "": none of its sentences is

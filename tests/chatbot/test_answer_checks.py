@@ -20,7 +20,16 @@ from chatbot.questions import (
     reads_as_follow_up,
     service_state,
 )
-from chatbot.relevance import Coverage, asking_sentences, check_source, leans_on_context, swapped_action, term_coverage
+from chatbot.relevance import (
+    Coverage,
+    asking_sentences,
+    check_source,
+    leans_on_context,
+    plan_down,
+    swapped_action,
+    term_coverage,
+    unsaid_action,
+)
 from chatbot.shown import Shown, offer, shown_after_check, without_frames
 from chatbot.support import ReplyCheck, Sources, check_sentence, sentences, text_sentences
 from chatbot.terms import Vocabulary, spelled_out, stem, words
@@ -72,38 +81,36 @@ def test_the_opposite_action_is_not_answered_by_the_action():
     verdict = check_source("I don't want two-factor anymore. How do I turn it off?", answer["answer"], VOCABULARY,
                            COVERAGE, 0.9, source_question=answer["question"])
     assert not verdict.answers and "turn on" in verdict.reason
-    assert swapped_action("how do i turn it on", "How do I turn on two-factor?", whole_text=False) is None
-    assert swapped_action("how do I stop forcing 2FA on everyone?", "Can I require all members to use two-factor?",
-                          whole_text=False) == ("stop forcing", "require")
-    assert swapped_action("i want to remove my card completely", "How do I update my credit card details?",
-                          whole_text=False) == ("remove", "update")
-    assert swapped_action("disconnect the slack integration pls", "How do I connect Nimbus Drive to Slack?",
-                          whole_text=False) == ("disconnect", "connect")
+    assert swapped_action("how do i turn it on", "How do I turn on two-factor?") is None
+    assert swapped_action("how do I stop forcing 2FA on everyone?",
+                          "Can I require all members to use two-factor?") == ("stop forcing", "require")
+    assert swapped_action("i want to remove my card completely",
+                          "How do I update my credit card details?") == ("remove", "update")
+    assert swapped_action("disconnect the slack integration pls",
+                          "How do I connect Nimbus Drive to Slack?") == ("disconnect", "connect")
     assert swapped_action("the password on my shared link is annoying my clients, how do i take it off",
-                          "Can I add a password to a shared link?", whole_text=False) == ("take off", "add")
-    assert swapped_action("an intern left, how do i take him off our team", "How do I remove someone from my team?",
-                          whole_text=False) is None
+                          "Can I add a password to a shared link?") == ("take off", "add")
+    assert swapped_action("an intern left, how do i take him off our team",
+                          "How do I remove someone from my team?") is None
     camera = approved("How do I back up my phone photos automatically?")
-    assert swapped_action("how do i stop camera uploads from eating my data", camera["answer"],
-                          whole_text=False) == ("stop camera uploads", "turn on")
-    assert swapped_action("how do i stop camera uploads from eating my data", ARTICLES["camera-uploads"],
-                          whole_text=True) == ("stop camera uploads", "turn on")
-    assert swapped_action("i want the link to stop working next week", camera["answer"], whole_text=False) is None
+    assert swapped_action("how do i stop camera uploads from eating my data",
+                          camera["answer"]) == ("stop camera uploads", "turn on")
+    assert swapped_action("how do i stop camera uploads from eating my data",
+                          ARTICLES["camera-uploads"]) == ("stop camera uploads", "turn on")
+    assert swapped_action("i want the link to stop working next week", camera["answer"]) is None
     for working in ("how do i stop camera uploads from failing on my iphone", "how do i stop my backups failing"):
-        assert swapped_action(working, ARTICLES["camera-uploads"], whole_text=True) is None, working
+        assert swapped_action(working, ARTICLES["camera-uploads"]) is None, working
     device_limit = approved("Why does the app say device limit reached?")
     assert check_source("trying to connect my new laptop but it says device limit reached", device_limit["answer"],
                         VOCABULARY, COVERAGE, 0.9, source_question=device_limit["question"]).answers
     undo = "deleted my account last night and now i regret it. can i undo that?"
-    assert swapped_action(undo, "How do I delete my account?", whole_text=False) == ("undo", "delete")
-    assert swapped_action(undo, ARTICLES["delete-account"], whole_text=True) is None  # "to cancel the deletion"
-    assert swapped_action("i deleted a file by mistake, how do i undo it", "How do I restore a deleted file?",
-                          whole_text=False) is None
+    assert swapped_action(undo, "How do I delete my account?") == ("undo", "delete")
+    assert swapped_action(undo, ARTICLES["delete-account"]) is None  # "to cancel the deletion"
+    assert swapped_action("i deleted a file by mistake, how do i undo it", "How do I restore a deleted file?") is None
     # "undo" is deleting's opposite only where a deletion is said:
-    assert swapped_action("how do i undo the deletion of my folder", "How do I delete a folder?",
-                          whole_text=False) == ("undo", "delete")
+    assert swapped_action("how do i undo the deletion of my folder", "How do I delete a folder?") == ("undo", "delete")
     assert swapped_action("gave my coworker admin rights by mistake, she should be a normal member. how do i undo "
-                          "that", ARTICLES["team-roles-admin"], whole_text=True) is None
+                          "that", ARTICLES["team-roles-admin"]) is None
     camera = approved("How do I back up my phone photos automatically?")  # "tap Camera uploads and turn it on"
     stop = check_source("i want to stop my phone from uploading photos to nimbus", camera["answer"], VOCABULARY,
                         COVERAGE, 0.9, source_question=camera["question"])
@@ -111,12 +118,12 @@ def test_the_opposite_action_is_not_answered_by_the_action():
     # A file request is closed, not created; "close to" is nearness:
     collect = approved("How can I collect files from people who don't have Nimbus Drive?")
     shut = "got all the uploads i needed. how do i shut that upload page so nobody else can send me stuff"
-    assert swapped_action(shut, collect["answer"], whole_text=True) == ("shut", "create")
-    assert swapped_action(shut, ARTICLES["file-requests"], whole_text=True) is None  # "To close a request"
-    assert swapped_action("his contract ended. how do i shut that key off so his scripts stop", ARTICLES["api-keys"],
-                          whole_text=True) is None  # switched off: revoked
+    assert swapped_action(shut, collect["answer"]) == ("shut", "create")
+    assert swapped_action(shut, ARTICLES["file-requests"]) is None  # "To close a request"
+    assert swapped_action("his contract ended. how do i shut that key off so his scripts stop",
+                          ARTICLES["api-keys"]) is None  # switched off: revoked
     assert swapped_action("we're close to signing for enterprise, who helps us create the SSO app?",
-                          ARTICLES["sso-setup"], whole_text=True) is None
+                          ARTICLES["sso-setup"]) is None
 
 
 def test_a_product_the_help_centre_never_names_fails_every_source():
@@ -217,11 +224,11 @@ def test_words_that_say_an_action_s_direction_cost_a_question_no_coverage():
 
 def test_an_action_and_its_particle_may_stand_apart_and_the_last_one_said_is_wanted():
     turn_on = "How do I turn on two-factor authentication?"
-    assert swapped_action("how do I turn 2fa off", turn_on, whole_text=False) == ("turn off", "turn on")
+    assert swapped_action("how do I turn 2fa off", turn_on) == ("turn off", "turn on")
     asked = "we turned on the require 2fa thing but how do i switch that requirement back off"
-    assert swapped_action(asked, turn_on, whole_text=False) == ("switch off", "turn on")
+    assert swapped_action(asked, turn_on) == ("switch off", "turn on")
     asked = "I turned 2fa on yesterday, where do I see my recovery codes"
-    assert swapped_action(asked, turn_on, whole_text=False) is None
+    assert swapped_action(asked, turn_on) is None
 
 
 def test_an_approved_answer_whose_question_names_no_action_is_read_for_its_steps_direction():
@@ -254,6 +261,18 @@ def test_a_source_that_never_names_what_the_action_acts_on_does_not_answer_it():
                             ("ugh just cancel my subscription pls", "How do I cancel my subscription?")):
         answer = approved(question)
         assert check_source(asked, answer["answer"], VOCABULARY, COVERAGE, 0.9, source_question=question).answers, asked
+
+
+def test_a_source_that_changes_no_plan_does_not_answer_a_move_to_a_smaller_plan():
+    removal = approved("How do I remove someone from my team when they leave the company?")
+    asked = "we bumped up to team for a project but now its just me again. how do i go back down to personal"
+    verdict = check_source(asked, removal["answer"], VOCABULARY, COVERAGE, 0.9, source_question=removal["question"])
+    assert not verdict.answers and "down to personal" in verdict.reason
+    assert unsaid_action(asked, ARTICLES["downgrade-or-cancel"]) == ""  # "Click Change plan, then Downgrade"
+    assert plan_down("thinking of downgrading to free next month") == "downgrading"
+    # Supposed, not asked for: "and if i drop back down to free?" asks what Free allows.
+    for supposed in ("ok and if i drop back down to free?", "when we go down to personal do we keep our files"):
+        assert plan_down(supposed) == "", supposed
 
 
 def test_an_article_that_switches_nothing_does_not_answer_a_switch_question():
@@ -366,7 +385,7 @@ def test_removing_someone_s_access_is_stopping_sharing_and_not_its_opposite():
 
 def test_un_with_a_hyphen_is_the_opposite_action():
     asked = "I'm team admin and want to stop forcing 2FA on everyone. where's the toggle to un-require it?"
-    assert swapped_action(asked, ARTICLES["two-factor-setup"], whole_text=True) == ("unrequire", "require")
+    assert swapped_action(asked, ARTICLES["two-factor-setup"]) == ("unrequire", "require")
 
 
 def declined_for(question: str) -> bool:

@@ -127,6 +127,14 @@ def test_a_question_about_one_line_of_a_long_article_is_grounded_on_that_article
     assert service.planner.sources.article_by_sentence("what will the weather be like in paris tomorrow?") == (None, [])
 
 
+def test_a_move_to_a_smaller_plan_finds_the_line_that_changes_plans(service):
+    # Retrieval finds the team-roles article and the upgrade steps; neither changes a team to Personal.
+    asked = "we bumped up to team for a project but now its just me again. how do i go back down to personal"
+    planned = service.planner.plan(asked, [], "s")
+    assert isinstance(planned, ChatTurn) and planned.article_id == "downgrade-or-cancel" and not planned.grounding
+    assert service.planner.sources.plan_change_line("how do i turn off two-factor") is None
+
+
 def test_a_follow_up_is_retrieved_with_the_question_before_it_even_when_that_was_handed_off(service):
     first, follow_up = "my colleague deleted a folder we share, ugh", "can i get it back and for how long"
     handed_off = [{"role": "user", "content": first},
