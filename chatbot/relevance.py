@@ -10,6 +10,7 @@ cheap and explainable to staff:
 - direction: an action and its opposite (on/off, add/remove, ...) must not be swapped.
 """
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -24,15 +25,16 @@ from .actions import (
     said,
     said_at,
 )
-from .others import PLATFORMS, PRODUCTS
+from .others import PLATFORMS, PRODUCTS, TOOLS
 from .terms import DIRECTION_WORDS, STOPWORDS, Vocabulary, content_words, stem, stems
 
 # An offering the question asks for by a word the help centre never uses ("is there a family plan", "do you have a
 # lifetime deal", "is there a dark mode", "a chrome extension"): Nimbus has no such thing, and the nearest answer
 # (the plans list, the app's install steps) would read as yes. Words that
 # say which plan or how it is billed rather than name one are not names.
-_OFFERING = re.compile(r" (?:is there|are there|do (?:you|u|ya)(?: guys)?|does nimbus(?: drive)?|(?:can|could) i get|"
-                       r"you (?:offer|have|sell)) (?:[a-z]+ ){0,2}?(?:a|an|any) ((?:[a-z]+ )?[a-z]+) "
+_ASKS_FOR = (r" (?:is there|are there|do (?:you|u|ya)(?: guys)?|does nimbus(?: drive)?|(?:can|could) i get|"
+             r"you (?:offer|have|sell))")
+_OFFERING = re.compile(_ASKS_FOR + r" (?:[a-z]+ ){0,2}?(?:a|an|any) ((?:[a-z]+ )?[a-z]+) "
                        r"((?:plan|deal|bundle|package|tier|membership|version|edition|app|client|tool|option|"
                        r"feature|mode|plugin|extension|program|programme|scheme|bount(?:y|ie))s?) ")
 _CLAUSE_BREAK = re.compile(r"[?!,;:\n]|\.(?:\s|$)")  # "what do you offer? i have a tiny plan": two asks
@@ -230,6 +232,9 @@ def unknown_product(question: str, vocabulary: Vocabulary) -> str:
     for name in (*PRODUCTS, *PLATFORMS):
         if f" {name} " in asked and not vocabulary.mentions(name):
             return name
+    for name in TOOLS:  # asked for, not named in passing ("my password manager got wiped")
+        if _tool_regex(name).search(asked) and not vocabulary.mentions(name):
+            return name
     for clause in _CLAUSE_BREAK.split(question):
         for name, kind in (found.groups() for found in _OFFERING.finditer(padded(clause))):
             named = [word for word in name.split() if word not in STOPWORDS and word not in _NOT_NAMES]
@@ -263,6 +268,11 @@ def asked_actions(question: str) -> list[AskedAction]:
                 continue
             actions.append(AskedAction(wants, side, opposite))
     return actions
+
+
+@functools.cache
+def _tool_regex(name: str) -> re.Pattern:
+    return re.compile(rf"{_ASKS_FOR} (?:[a-z]+ ){{0,4}}{re.escape(name)} ")
 
 
 def swapped_action(question: str, source: str) -> tuple[str, str] | None:
