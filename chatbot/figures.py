@@ -4,7 +4,7 @@ the sum worked from them where they settle it (chatbot/sums.py)."""
 
 from cache import AnswerCache
 
-from .passages import Passage, article_units, list_label, names_a_priced_item, priced_passage
+from .passages import Passage, article_source, article_units, list_label, names_a_priced_item, priced_passage
 from .prompt import article_in_prompt
 from .questions import reads_as_follow_up
 from .relevance import unknown_product
@@ -59,7 +59,7 @@ def add_on_figures(question: str, articles: list) -> Passage | None:
     if len(priced) != 1:
         return None
     plan_article, plan_unit = priced[0]
-    return Passage(f"article:{plan_article.id}", plan_article.title, f"{plan_unit}\n{add_on_unit}",
+    return Passage(article_source(plan_article.id), plan_article.title, f"{plan_unit}\n{add_on_unit}",
                    add_on_sum(question, plan_unit, added),
                    also=add_on_article.title if add_on_article.id != plan_article.id else "")
 
@@ -84,7 +84,7 @@ def discounted_figures(question: str, articles: list, plans: frozenset[str]) -> 
                    if list_label(u).lower() in named), default=0)
     if users_asked(question) < minimum and not priced_line(unit).minimum_users:
         return None
-    return Passage(f"article:{article.id}", article.title, unit, worked)
+    return Passage(article_source(article.id), article.title, unit, worked)
 
 
 def _figures(question: str, asked: str, article_id: str | None, cache: AnswerCache,
@@ -92,7 +92,7 @@ def _figures(question: str, asked: str, article_id: str | None, cache: AnswerCac
     article = cache.get_article(article_id) if article_id else None
     text = priced_passage(asked, article.body, vocabulary) if article else ""
     if text:
-        return Passage(f"article:{article.id}", article.title, text)
+        return Passage(article_source(article.id), article.title, text)
     # A follow-up's "does that cost extra" asks about what came before, not about the price list.
     return None if reads_as_follow_up(question) else price_list(asked, cache, vocabulary)
 
@@ -107,4 +107,4 @@ def price_list(asked: str, cache: AnswerCache, vocabulary: Vocabulary) -> Passag
     closeness = cache.similarities(asked, [article_in_prompt(a.title, a.body) for a in listing])
     article = listing[max(range(len(listing)), key=closeness.__getitem__)]
     text = priced_passage(asked, article.body, vocabulary)
-    return Passage(f"article:{article.id}", article.title, text) if text else None
+    return Passage(article_source(article.id), article.title, text) if text else None

@@ -38,15 +38,28 @@ class Passage:
         """Whether a sentence of the passage is CLOSE_LINE close to the question: it is about what was asked."""
         return self.closeness >= CLOSE_LINE
 
+    @property
+    def from_answer(self) -> bool:
+        """Whether the text is an approved answer's, not an article's."""
+        return self.source.startswith(_ANSWER_PREFIX)
+
     @classmethod
     def of_answer(cls, hit: Hit) -> "Passage":
         """An approved answer whole, offered as staff's own text where the reply grounded on it is cut."""
         return cls(answer_source(hit), hit.question, hit.answer)
 
 
+_ANSWER_PREFIX, _ARTICLE_PREFIX = "answer:", "article:"
+
+
 def answer_source(hit: Hit) -> str:
     """A passage's `source` for text of the approved answer `hit`."""
-    return f"answer:{hit.id}"
+    return f"{_ANSWER_PREFIX}{hit.id}"
+
+
+def article_source(article_id: str) -> str:
+    """A passage's `source` for text of the help article `article_id`."""
+    return f"{_ARTICLE_PREFIX}{article_id}"
 
 
 # How much less close than the closest sentence a passage's other sentences may be. Measured on the right article

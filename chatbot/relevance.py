@@ -310,14 +310,17 @@ def unsaid_action(question: str, source: str) -> str:
         wants, where = said_at(asked, side, base_only=True)
         if wants and said_at(asked, opposite)[1] < where and not said(given, switched):
             return wants
-    down = plan_down(question)
+    down = _plan_down(asked)
     return down if down and not said(given, PLAN_CHANGED) else ""
 
 
 def plan_down(question: str) -> str:
     """How the question asks to leave its plan for a smaller one ("go back down to personal"), or "": not where it
     supposes it ("and if i drop back down to free?" asks what Free allows)."""
-    asked = padded(question)
+    return _plan_down(padded(question))
+
+
+def _plan_down(asked: str) -> str:
     down = _PLAN_DOWN.search(asked)
     if down is None or _SUPPOSED.search(asked[: down.start() + 1]):
         return ""

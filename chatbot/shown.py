@@ -102,7 +102,7 @@ def offer(passage: Passage | None, handoff_message: str, cut: bool) -> str:
                 else f"help article \u201c{title}\u201d")
     if passage.worked:
         return f"{lead}{WORKED_FROM} {articles}: {passage.worked}\n\n{quoted}"
-    if passage.source.startswith("answer:"):
+    if passage.from_answer:
         return f"{lead}{ANSWER_OF} \u201c{title}\u201d:\n\n{quoted}"
     return f"{lead}{QUOTED_FROM} {articles}:\n\n{quoted}"
 

@@ -11,7 +11,7 @@ from decoding import Engine, StepConfig
 from .figures import sum_figures
 from .grounding import contains
 from .grounds import ArticlePick, Grounds
-from .passages import Passage, answer_source, article_units, best_passage
+from .passages import Passage, answer_source, article_source, article_units, best_passage
 from .prompt import (
     ApprovedAnswer,
     Message,
@@ -217,7 +217,7 @@ class TurnPlanner:
     def passage(self, grounds: Grounds, question: str) -> Passage | None:
         """The article's sentences closest to the question, offered as staff's text."""
         article = grounds.article
-        return self.closest_passage(f"article:{article.id}", article.title, article_units(article.body), grounds,
+        return self.closest_passage(article_source(article.id), article.title, article_units(article.body), grounds,
                                     question) if article else None
 
     def repeated_answer(self, grounds: Grounds, question: str, conversation: list[Message]) -> Passage | None:
