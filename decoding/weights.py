@@ -37,8 +37,8 @@ PLAIN = 1  # the model's dtype as it is (off the CPU)
 INT8 = 2  # int8 (N, K), a scale per output channel: w = q * scale
 INT4 = 3  # 4 bits packed for the CPU kernel, a scale and an offset per INT4_GROUP inputs: w = (q - 8) * d + z
 Q4 = 4  # 4 bits for the lane library's product, a step and a low per INT4_GROUP inputs: w = q * step + low
-LANE_HEAD = 5  # bf16 in tiles of HEAD_TILE outputs for the lane library's head product (decoding/csrc/head_product.cpp)
-HEAD_TILE = 16
+LANE_HEAD = 5  # bf16 in tiles of outputs for the lane library's head product (decoding/csrc/head_product.cpp)
+HEAD_TILE = 16  # the lane head's outputs come in these: a whole number of either build's tiles (16 or 8)
 
 
 @dataclass(frozen=True)
@@ -108,14 +108,15 @@ def lane_head_refusal(weight: torch.Tensor) -> str | None:
 
 
 def lane_head_weight(weight: torch.Tensor) -> Weight:
-    """The LM head (N, K) for the lane library's product: per tile of HEAD_TILE outputs, input after input, the
-    tile's weights of that input (N / HEAD_TILE, K * HEAD_TILE), the model's bf16 values as they are."""
+    """The LM head (N, K) for the lane library's product: per tile of the build's `head_tile()` outputs, input
+    after input, the tile's weights of that input (N / tile, K * tile), the model's bf16 values as they are."""
     refusal = lane_head_refusal(weight)
     if refusal is not None:
         raise ValueError(refusal)
     n, k = weight.shape
-    tiles = weight.detach().view(n // HEAD_TILE, HEAD_TILE, k).transpose(1, 2).contiguous()
-    return Weight(LANE_HEAD, tiles.view(n // HEAD_TILE, k * HEAD_TILE), _NO_SCALES)
+    tile = torch.ops.llma.head_tile()  # the build's: 16 outputs on AVX-512, 8 on AVX2
+    tiles = weight.detach().view(n // tile, tile, k).transpose(1, 2).contiguous()
+    return Weight(LANE_HEAD, tiles.view(n // tile, k * tile), _NO_SCALES)
 
 
 def format_refusal(weights: str, dtype: torch.dtype, device: torch.device) -> str | None:

@@ -134,6 +134,14 @@ inline __m256 add_group(__m256 total, __m256i dot, float d, float s, __m256 step
   return _mm256_fmadd_ps(_mm256_set1_ps(s), low, _mm256_fmadd_ps(scaled, step, total));
 }
 
+// The next tile's group g into L1 while this tile's is worked on: one tile's weights follow another in memory, and
+// a block of rows works through a tile's levels faster than memory delivers them unless they are asked for early.
+inline void prefetch_group(const uint8_t* levels, const uint16_t* scales, int64_t g) {
+  for (int64_t o = 0; o < kOctets; ++o)
+    _mm_prefetch(reinterpret_cast<const char*>(levels + (g * kOctets + o) * kOctetBytes), _MM_HINT_T0);
+  _mm_prefetch(reinterpret_cast<const char*>(scales + g * 2 * kTile), _MM_HINT_T0);
+}
+
 inline int32_t four_bytes(const int8_t* q) {
   int32_t word;
   std::memcpy(&word, q, 4);
@@ -152,11 +160,13 @@ inline __m512 widen_scales(const uint16_t* bf16) {
 // int8 inputs into its 32-bit sum. The float steps are add_group's, 16 lanes at once.
 template <int R>
 void tile_rows(const int8_t* q, int64_t k, const float* d, const float* s, int64_t groups, const uint8_t* levels,
-               const uint16_t* scales, uint16_t* out, int64_t n) {
+               const uint16_t* scales, const uint8_t* next_levels, const uint16_t* next_scales, uint16_t* out,
+               int64_t n) {
   const __m512i nibble = _mm512_set1_epi8(0x0F);
   __m512 total[R];
   for (int r = 0; r < R; ++r) total[r] = _mm512_setzero_ps();
   for (int64_t g = 0; g < groups; ++g) {
+    prefetch_group(next_levels, next_scales, g);
     __m512i dot[R];
     for (int r = 0; r < R; ++r) dot[r] = _mm512_setzero_si512();
     for (int64_t o = 0; o < kOctets; ++o) {
@@ -180,50 +190,48 @@ void tile_rows(const int8_t* q, int64_t k, const float* d, const float* s, int64
   }
 }
 #else
-constexpr int64_t kBlock = 4;  // rows sharing each widened weight: 4 rows x 2 halves of sums in 8 registers
+constexpr int64_t kBlock = 8;  // rows sharing each widened weight: 8 sums of one half in registers
 
-// R rows x one tile, as two halves of 8 channels: vpmaddubsw adds 2 products of a lane's levels and the row's
-// int8 inputs into 16 bits (at most 2 x 15 x 127), 8 of them add up within the group (at most 30480, no
-// saturation), and vpmaddwd adds a lane's two halves into its 32-bit sum: the integers vpdpbusd gives.
+// R rows x one tile, as two halves of 8 channels, one half at a time: vpmaddubsw adds 2 products of a lane's levels
+// and the row's int8 inputs into 16 bits (at most 2 x 15 x 127), 8 of them add up within the group (at most 30480,
+// no saturation), and vpmaddwd adds a lane's two halves into its 32-bit sum: the integers vpdpbusd gives. A half's
+// levels are widened once for all R rows, whose sums stay in registers; the totals, touched once a group, in L1.
 template <int R>
 void tile_rows(const int8_t* q, int64_t k, const float* d, const float* s, int64_t groups, const uint8_t* levels,
-               const uint16_t* scales, uint16_t* out, int64_t n) {
+               const uint16_t* scales, const uint8_t* next_levels, const uint16_t* next_scales, uint16_t* out,
+               int64_t n) {
   const __m256i nibble = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
-  __m256 total[R][2];
-  for (int r = 0; r < R; ++r) total[r][0] = total[r][1] = _mm256_setzero_ps();
-  for (int64_t g = 0; g < groups; ++g) {
-    __m256i dot[R][2];
-    for (int r = 0; r < R; ++r) dot[r][0] = dot[r][1] = _mm256_setzero_si256();
-    for (int64_t o = 0; o < kOctets; ++o) {
-      const uint8_t* octet = levels + (g * kOctets + o) * kOctetBytes;
-      __m256i lo[2], hi[2];
-      for (int h = 0; h < 2; ++h) {
-        const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(octet + 32 * h));
-        lo[h] = _mm256_and_si256(bytes, nibble);
-        hi[h] = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble);
+  alignas(32) float total[R][kTile] = {};
+  for (int h = 0; h < 2; ++h)
+    for (int64_t g = 0; g < groups; ++g) {
+      if (h == 0) prefetch_group(next_levels, next_scales, g);
+      __m256i dot[R];
+      for (int r = 0; r < R; ++r) dot[r] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+      for (int64_t o = 0; o < kOctets; ++o) {
+        const __m256i bytes =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(levels + (g * kOctets + o) * kOctetBytes + 32 * h));
+        const __m256i lo = _mm256_and_si256(bytes, nibble), hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble);
+        for (int r = 0; r < R; ++r) {
+          const int8_t* qo = q + r * k + g * kGroup + 8 * o;
+          const __m256i first = _mm256_set1_epi32(four_bytes(qo)), second = _mm256_set1_epi32(four_bytes(qo + 4));
+          dot[r] = _mm256_add_epi16(dot[r], _mm256_add_epi16(_mm256_maddubs_epi16(lo, first),
+                                                              _mm256_maddubs_epi16(hi, second)));
+          asm("" : "+x"(dot[r]));  // keeps GCC from hoisting every product ahead of its sum (and spilling them)
+        }
       }
-      for (int r = 0; r < R; ++r) {
-        const int8_t* qo = q + r * k + g * kGroup + 8 * o;
-        const __m256i first = _mm256_set1_epi32(four_bytes(qo)), second = _mm256_set1_epi32(four_bytes(qo + 4));
-        for (int h = 0; h < 2; ++h)
-          dot[r][h] = _mm256_add_epi16(dot[r][h], _mm256_add_epi16(_mm256_maddubs_epi16(lo[h], first),
-                                                                    _mm256_maddubs_epi16(hi[h], second)));
-      }
-    }
-    for (int h = 0; h < 2; ++h) {
       const __m256 step = bf16x8(scales + g * 2 * kTile + 8 * h), low = bf16x8(scales + g * 2 * kTile + kTile + 8 * h);
       for (int r = 0; r < R; ++r)
-        total[r][h] = add_group(total[r][h], _mm256_madd_epi16(dot[r][h], ones), d[r * groups + g],
-                                s[r * groups + g], step, low);
+        _mm256_store_ps(total[r] + 8 * h, add_group(_mm256_load_ps(total[r] + 8 * h), _mm256_madd_epi16(dot[r], ones),
+                                                    d[r * groups + g], s[r * groups + g], step, low));
     }
-  }
   for (int r = 0; r < R; ++r)
-    for (int h = 0; h < 2; ++h) store_bf16(out + r * n + 8 * h, total[r][h]);
+    for (int h = 0; h < 2; ++h) store_bf16(out + r * n + 8 * h, _mm256_load_ps(total[r] + 8 * h));
 }
 #endif
 
 using TileRows = void (*)(const int8_t*, int64_t, const float*, const float*, int64_t, const uint8_t*,
-                          const uint16_t*, uint16_t*, int64_t);
+                          const uint16_t*, const uint8_t*, const uint16_t*, uint16_t*, int64_t);
 template <int... R>
 constexpr std::array<TileRows, sizeof...(R) + 1> tile_table(std::integer_sequence<int, R...>) {
   return {nullptr, tile_rows<R + 1>...};
@@ -250,11 +258,14 @@ at::Tensor q4_linear(const at::Tensor& x, const at::Tensor& levels, const at::Te
   const auto* sc = reinterpret_cast<const uint16_t*>(scales.data_ptr<at::BFloat16>());
   auto* o = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());
   at::parallel_for(0, tiles, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t)
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t next = std::min(t + 1, end - 1);
       for (int64_t r0 = 0; r0 < rows; r0 += kBlock)
         kTileRows[std::min(kBlock, rows - r0)](held.q.data() + r0 * k, k, held.d.data() + r0 * groups,
                                                held.s.data() + r0 * groups, groups, lv + t * (k / 2) * kTile,
-                                               sc + t * groups * 2 * kTile, o + r0 * n + t * kTile, n);
+                                               sc + t * groups * 2 * kTile, lv + next * (k / 2) * kTile,
+                                               sc + next * groups * 2 * kTile, o + r0 * n + t * kTile, n);
+    }
   });
 #endif
   return out;

@@ -3,7 +3,7 @@ of fp32 FMAs over the inputs in order, so each row's bits are its own.
 
 The LM head runs on it where PyTorch's bf16 products are emulated (decoding/packing.py, bf16_emulated). A row's
 product must be that chain exactly, rounded to bf16 once, and must not change with the rows sharing the call
-(blocks of 4 or 8 rows), their order, or the threads. Whole replies with it, alone and in random company, are
+(blocks of up to 8 rows, tiles side by side), their order, or the threads. Whole replies with it, alone and in random company, are
 compared in test_batching.py.
 """
 
@@ -95,8 +95,9 @@ def test_the_lane_head_is_chosen_where_bf16_is_emulated_and_recorded(monkeypatch
         PackedLlama(odd, weights="q4", lane_head=True)
     monkeypatch.setattr("decoding.packing.bf16_emulated", lambda weights, dtype: False)
     own = PackedLlama(model, weights="q4", lane_head=True)  # as Verify rebuilds a reply's packing
-    assert own.packing.lane_head and own.decode_part.head.data.shape == (model.lm_head.weight.shape[0] // 16,
-                                                                           model.lm_head.weight.shape[1] * 16)
+    tile = torch.ops.llma.head_tile()  # outputs a tile: 16 on AVX-512, 8 on AVX2
+    assert own.packing.lane_head and own.decode_part.head.data.shape == (model.lm_head.weight.shape[0] // tile,
+                                                                           model.lm_head.weight.shape[1] * tile)
     with pytest.raises(ValueError, match="lane head"):
         PackedLlama(make_tiny_model("llama", torch.float32), lane_head=True)
     # It rounds a reply otherwise, so the recipe, each reply's stats (Verify) and the cost curves' keys carry it.
