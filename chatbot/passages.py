@@ -71,12 +71,35 @@ PASSAGE_MARGIN = 0.15
 
 def best_passage(units: Sequence[str], closeness: Sequence[float], question: str, count: int = 3) -> str:
     """At most `count` sentences closest in meaning to the question (`closeness`: their cosines), none less close
-    than the closest by more than PASSAGE_MARGIN, in the article's order. By the embedding model's cosine they held
-    the facts a correct reply needs more often than by shared rare words or as consecutive runs."""
+    than the closest by more than PASSAGE_MARGIN, in the article's order, and a sentence that states a period where
+    the question asks how long and none of those does (_period_line). By the embedding model's cosine they held the
+    facts a correct reply needs more often than by shared rare words or as consecutive runs."""
     best = max(closeness)
     near = [i for i in range(len(units)) if closeness[i] >= best - PASSAGE_MARGIN]
     ranked = set(sorted(near, key=lambda i: -closeness[i])[:count])
+    ranked |= _period_line(units, closeness, question, ranked)
     return "\n".join(units[i] for i in sorted(ranked | _whole_lists(units, ranked, question)))
+
+
+# "what if it was more than a month ago?" after the restore steps wants "Deleted files stay in Trash for 30 days on
+# Free, ...", which the embedding model does not hold close to "a month": a question that asks how long (not one that
+# only says when: "i deleted it 3 days ago") is shown the closest sentence that states a period too, where none of
+# the sentences chosen states one (adding a second period beside one added more unasked lines than asked ones). Not
+# a list's item: it would bring its whole list (the API key's steps for "up to 1 year").
+_UNIT = r"(?:minutes?|hours?|days?|weeks?|months?|years?)"
+_ASKS_PERIOD = re.compile(
+    rf"\b(?:how long|how far back|how many {_UNIT}|(?:more|longer|less|over) than (?:a|an|one|\d+) {_UNIT}"
+    rf"|after (?:a|an|one|\d+) {_UNIT})\b")
+_STATES_PERIOD = re.compile(rf"\b\d+(?:[ -](?:business|working))?[ -]{_UNIT}\b")
+
+
+def _period_line(units: Sequence[str], closeness: Sequence[float], question: str, chosen: set[int]) -> set[int]:
+    """The closest unit, not a list's item, that states a period, for a question that asks how long, where no
+    `chosen` unit states one."""
+    if not _ASKS_PERIOD.search(question.lower()) or any(_STATES_PERIOD.search(units[i]) for i in chosen):
+        return set()
+    stating = [i for i in range(len(units)) if _STATES_PERIOD.search(units[i]) and not LIST_MARK.match(units[i])]
+    return {max(stating, key=lambda i: closeness[i])} if stating else set()
 
 
 def _whole_lists(units: Sequence[str], chosen: set[int], question: str) -> set[int]:

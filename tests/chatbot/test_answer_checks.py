@@ -853,6 +853,26 @@ def test_a_passage_that_holds_a_step_holds_the_whole_list_of_steps():
     assert "Delete permanently" in shown and "1. " not in shown and "3. Select it and click Restore" in shown
 
 
+def test_a_question_that_asks_how_long_is_shown_the_sentence_that_states_the_period():
+    answer = next(a["answer"] for a in APPROVED if a["question"] == "How do I restore a file I deleted?")
+    units = article_units(answer)
+    period = next(i for i, unit in enumerate(units) if "30 days on Free" in unit)
+    closeness = [0.5 if unit[:2] in ("1.", "2.", "3.") else 0.1 for unit in units]  # the steps closest, as measured
+    shown = best_passage(units, closeness, "what if it was more than a month ago?")
+    assert units[period] in shown and "1. " in shown
+    assert units[period] in best_passage(units, closeness, "how long do i have to get it back")
+    # Saying when is not asking how long: "a week ago" leaves the passage as the closeness makes it.
+    assert units[period] not in best_passage(units, closeness, "i deleted a folder a week ago, how do i get it back")
+    # Nor is one added where a chosen sentence states a period already ("at most 48 hours"), nor a list's item.
+    units = ["We email you a download link within at most 48 hours.", "The link is valid for 7 days.",
+             "1. Open Settings and set an expiry of up to 1 year."]
+    assert best_passage(units, [0.9, 0.2, 0.1], "how long until the export is ready") == units[0]
+    assert best_passage(units, [0.2, 0.1, 0.9], "how long do i have") == units[2]
+    key = "Click Create key."
+    assert best_passage([key, units[2]], [0.9, 0.1], "how long is the key good for") == key
+    assert best_passage([key, units[1]], [0.9, 0.1], "how long is it good for") == f"{key}\n{units[1]}"
+
+
 EVALUATION = [*load_eval_questions(), *load_eval_questions(DATA_DIR / "eval_answers_fresh.jsonl")]
 
 

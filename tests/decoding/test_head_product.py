@@ -3,8 +3,8 @@ of fp32 FMAs over the inputs in order, so each row's bits are its own.
 
 The LM head runs on it where PyTorch's bf16 products are emulated (decoding/packing.py, bf16_emulated). A row's
 product must be that chain exactly, rounded to bf16 once, and must not change with the rows sharing the call
-(blocks of up to 8 rows, tiles side by side), their order, or the threads. Whole replies with it, alone and in random company, are
-compared in test_batching.py.
+(blocks of up to 8 rows, tiles side by side), their order, or the threads. Whole replies with it, alone and in
+random company, are compared in test_batching.py.
 """
 
 import random
