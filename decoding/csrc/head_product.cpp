@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <utility>
 #include "lanes.h"
 
 namespace {
@@ -62,9 +63,9 @@ constexpr int kChains = 8;  // sums in flight: an FMA's latency times the two FM
 // Tiles side by side for R rows, so R x T sums are in flight: one row alone would otherwise wait on one chain.
 constexpr int tiles_for(int rows) { return std::max(1, kChains / rows); }
 
-// R rows x T adjacent tiles: for each input, each tile's weights widened once, one FMA per row. The T tiles after
-// them are fetched meanwhile: tiles follow one another in memory, and a block of rows works through them faster
-// than memory delivers them unless they are asked for early.
+// R rows x T adjacent tiles: for each input, each tile's weights widened once, one FMA per row. The tiles `next`
+// (a span ahead) are fetched meanwhile: tiles follow one another in memory, and a block of rows works through them
+// faster than memory delivers them unless they are asked for early.
 template <int R, int T>
 void tile_rows(const float* x, int64_t k, const c10::BFloat16* w, const c10::BFloat16* next, c10::BFloat16* out,
                int64_t n) {
