@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from cache.records import Hit
 
 from .relevance import swapped_action
-from .support import LIST_MARK, NUMBER, text_sentences
+from .support import LIST_MARK, NUMBER, PERIOD_UNITS, text_sentences
 from .terms import Vocabulary, stems
 
 _LABEL = re.compile(r"^\s*(?:\d{1,2}[.)]\s*)?([A-Z][\w ]{0,30}?):")  # a list item's label: "2. Personal: $8 ..."
@@ -86,17 +86,16 @@ def best_passage(units: Sequence[str], closeness: Sequence[float], question: str
 # only says when: "i deleted it 3 days ago") is shown the closest sentence that states a period too, where none of
 # the sentences chosen states one (adding a second period beside one added more unasked lines than asked ones). Not
 # a list's item: it would bring its whole list (the API key's steps for "up to 1 year").
-_UNIT = r"(?:minutes?|hours?|days?|weeks?|months?|years?)"
 _ASKS_PERIOD = re.compile(
-    rf"\b(?:how long|how far back|how many {_UNIT}|(?:more|longer|less|over) than (?:a|an|one|\d+) {_UNIT}"
-    rf"|after (?:a|an|one|\d+) {_UNIT})\b")
-_STATES_PERIOD = re.compile(rf"\b\d+(?:[ -](?:business|working))?[ -]{_UNIT}\b")
+    rf"\b(?:how long|how far back|how many {PERIOD_UNITS}|(?:more|longer|less|over) than (?:a|an|one|\d+) "
+    rf"{PERIOD_UNITS}|after (?:a|an|one|\d+) {PERIOD_UNITS})\b", re.I)
+_STATES_PERIOD = re.compile(rf"\b\d+(?:[ -](?:business|working))?[ -]{PERIOD_UNITS}\b")
 
 
 def _period_line(units: Sequence[str], closeness: Sequence[float], question: str, chosen: set[int]) -> set[int]:
     """The closest unit, not a list's item, that states a period, for a question that asks how long, where no
     `chosen` unit states one."""
-    if not _ASKS_PERIOD.search(question.lower()) or any(_STATES_PERIOD.search(units[i]) for i in chosen):
+    if not _ASKS_PERIOD.search(question) or any(_STATES_PERIOD.search(units[i]) for i in chosen):
         return set()
     stating = [i for i in range(len(units)) if _STATES_PERIOD.search(units[i]) and not LIST_MARK.match(units[i])]
     return {max(stating, key=lambda i: closeness[i])} if stating else set()

@@ -30,8 +30,10 @@ _CLICKED = re.compile(r"\b(?i:click|tap|select|choose|press|pick|hit)(?:s|ed|ing
                       r"(?:(?:on|the|a|an|your|its|their)\s+)*([A-Za-z][\w'-]*)")
 _CAPITALS = re.compile(r"\b[A-Z][A-Z0-9]+\b")  # an acronym or a code: the sources' own, or the customer's
 _QUOTED = re.compile(r"[\"“]([^\"”\n]{2,60})[\"”]")
+# The units of a period of time, as figures and passages read them ("30 days", "48 hours").
+PERIOD_UNITS = r"(?:minutes?|hours?|days?|weeks?|months?|years?)"
 # A figure with its unit ("10 GB", "1 month", "$8 per month"): the pair must be in a source, not just the number.
-_FIGURE = re.compile(r"(\$?\d[\d,]*(?:\.\d+)?)\s?(%|gb|tb|mb|kb|days?|hours?|minutes?|months?|years?|weeks?|users?|"
+_FIGURE = re.compile(rf"(\$?\d[\d,]*(?:\.\d+)?)\s?(%|gb|tb|mb|kb|{PERIOD_UNITS}|users?|"
                      r"seats?|devices?|characters?|members?|business days?)\b", re.I)
 # A price with what it is per ("$12 a user per month"): said so in a source, not just the figure ("The team plan is
 # $120 per month" beside "$120 per user per year").
