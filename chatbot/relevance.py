@@ -25,6 +25,7 @@ from .actions import (
     said,
     said_at,
 )
+from .devices import other_device
 from .others import PLATFORMS, PRODUCTS, TOOLS
 from .terms import DIRECTION_WORDS, STOPWORDS, Vocabulary, content_words, stem, stems
 
@@ -150,13 +151,17 @@ def check_source(question: str, source: str, vocabulary: Vocabulary, least: Cove
         or swapped_action(question, source)
     if swapped:
         return SourceCheck(False, coverage, f"asks to {swapped[0]}, the source is about {swapped[1]}")
+    lead = source_question or source.split("\n", 1)[0]  # what the source is about: its question or title
+    device = other_device(question, lead)
+    if device:
+        return SourceCheck(False, coverage, f"asks about a {device[0]}, the source is for a {device[1]}")
     unsaid = unsaid_action(question, whole)
     if unsaid:
         return SourceCheck(False, coverage, f"asks to {unsaid}, which the source never says")
     acted_on = unheld_object(question, whole, vocabulary)
     if acted_on:
         return SourceCheck(False, coverage, f"asks to act on {acted_on!r}, which the source never names")
-    refused = refused_action(question, source_question or source.split("\n", 1)[0])
+    refused = refused_action(question, lead)
     if refused:
         return SourceCheck(False, coverage, f"asks not to {refused}, the source's own action")
     if not least.enough(coverage, score):

@@ -126,6 +126,24 @@ def test_the_opposite_action_is_not_answered_by_the_action():
                           ARTICLES["sso-setup"]) is None
 
 
+def test_a_source_for_the_other_kind_of_device_fails():
+    """A question about a phone meets steps for a computer (or the reverse) by their shared words; the source is
+    only refused where its question or title is for the other kind, not where its text names one in passing."""
+    laptop = approved("How do I stop some folders from syncing to my laptop?")
+    lost = "lost my phone, how do i stop it syncing my files?"
+    verdict = check_answer(lost, laptop)
+    assert not verdict.answers and verdict.reason == "asks about a phone, the source is for a computer"
+    assert "for a computer" in check_source(lost, ARTICLES["selective-sync"], VOCABULARY, COVERAGE, 0.9).reason
+    assert check_answer("how do i stop some folders syncing to my macbook, it's running out of space", laptop).answers
+    tablet = "trying to put nimbus on my kids old android tablet"
+    assert "for a computer" in check_answer(tablet, approved("How do I install the Nimbus Drive desktop app?")).reason
+    phone_app = approved("Is there a Nimbus Drive app for iPhone and Android?")
+    assert "for a phone" in check_answer("is there an app for my windows laptop?", phone_app).reason
+    # The device-limit answer names computers in passing; it is for any device.
+    limit = approved("Why does the app say device limit reached?")
+    assert "device" not in check_answer("ipad says device limit reached when i sign in??", limit).reason
+
+
 def test_a_product_the_help_centre_never_names_fails_every_source():
     answer = approved("How do I connect Nimbus Drive to Slack?")
     verdict = check_source("how do I connect nimbus to dropbox?", answer["answer"], VOCABULARY, COVERAGE, 0.9,
