@@ -127,7 +127,8 @@ ACTS_ON_ACCOUNT = "asks the assistant to act on an account's sign-in or codes"
 # A sum: a price asked for a count of seats or months (chatbot/sums.py reads them), or two billing periods compared.
 # ... asked as an amount: "I pay by card for 25 seats" asks no sum, nor "saving every file by hand".
 _PRICE = re.compile(r"\b(?:cost|costs|price|prices|how much|total|spend|savings|cheaper|expensive|bill|"
-                    r"run (?:me|us)(?! through)|come to|comes to|altogether|all together|in total)\b"
+                    r"run (?:me|us)(?! through)|come to|comes to|altogether|all together|in total|"
+                    r"what (?:would|will|do|does|should) (?:\w+ ){0,4}pay)\b"  # "what would 5 of us pay a year"
                     # a price stated to be confirmed ("2 of us, so team would be like $24 a month right?")
                     r"|\$\d[\d,.]*\s*(?:a|per|/|each)\s*(?:month|mo|year|yr|user|person|seat)\b", re.I)
 # ... or an add-on priced on top of a plan ("if I add the extra storage, what's my monthly total?").

@@ -548,6 +548,8 @@ def test_declined_and_sums():
     assert not needs_sum("im in college and money's tight, any cheaper deal for students?")
     assert needs_sum("5 of us want the team plan paid yearly. what does that come to all together?")
     assert not needs_sum("we're 25 seats on team, billed yearly. can we pay by bank transfer?")
+    assert needs_sum("what would 5 of us pay a year on team")  # the model wrote "5 of us can pay a year ..."
+    assert not needs_sum("we're 12 people on team, paying yearly. can we pay by wire instead?")
     assert needs_sum("on Personal, if I add the extra 1 TB what's my monthly total?")
     assert needs_sum("im on personal monthly. if i add the extra terabyte thing what's my monthly bill going to be")
     assert needs_sum("thinking of team for our 6 person office, what would the bill be?")
