@@ -6,12 +6,13 @@ from cache import AnswerCache
 
 from .passages import Passage, article_source, article_units, list_label, names_a_priced_item, priced_passage
 from .prompt import article_in_prompt
-from .questions import reads_as_follow_up
+from .questions import needs_sum, reads_as_follow_up
 from .relevance import unknown_product
 from .sums import (
     add_on_line,
     add_on_sum,
     asks_for_add_on,
+    carried_sum,
     names_a_discount,
     priced_line,
     qualified_alike,
@@ -31,7 +32,7 @@ def sum_figures(question: str, asked: str, article_id: str | None, cache: Answer
     if asks_for_add_on(question) and (added := add_on_figures(question, articles)):
         return added
     figures = _figures(question, asked, article_id, cache, vocabulary)
-    plans = frozenset(label.lower() for a in articles for unit in article_units(a.body) if (label := list_label(unit)))
+    plans = _plans(articles)
     worked = worked_sum(question, figures.text, plans) if figures else ""
     if figures and not worked and retrieved_alone(question, asked):
         # The checked article may state the figures in passing ("choose Personal ($8 per month ...) or Team ($12
@@ -42,6 +43,27 @@ def sum_figures(question: str, asked: str, article_id: str | None, cache: Answer
     if not worked and names_a_discount(question):
         return discounted_figures(question, articles, plans) or figures
     return Passage(figures.source, figures.title, figures.text, worked) if figures else None
+
+
+def followed_sum(question: str, asked_before: list[str], cache: AnswerCache, vocabulary: Vocabulary) -> Passage | None:
+    """For a follow-up that changes a term of the sum the customer asked before ("and monthly?", then "and for 7?"),
+    the figures and the sum worked with that term changed (chatbot/sums.py `carried_sum`); None where it changes
+    none or nothing is worked, and the turn goes on as any other. `asked_before`: the customer's earlier messages.
+    The figures are the carried sum's own, found as a first question's are (the follow-up's words retrieve little)."""
+    plans = _plans(cache.list_articles())
+    summed = [i for i, message in enumerate(asked_before) if needs_sum(message)]
+    carried = asked_before[summed[-1]] if summed else ""
+    for follow_up in [*asked_before[summed[-1] + 1 :], question] if summed else []:
+        carried = carried_sum(carried, follow_up, plans) if reads_as_follow_up(follow_up) else ""
+        if not carried:
+            return None
+    figures = sum_figures(carried, carried, None, cache, vocabulary) if carried else None
+    return figures if figures is not None and figures.worked else None
+
+
+def _plans(articles: list) -> frozenset[str]:
+    """The labels of the help centre's lists ("Team", "Personal"), lowered: the plan names a sum can name."""
+    return frozenset(label.lower() for a in articles for unit in article_units(a.body) if (label := list_label(unit)))
 
 
 def add_on_figures(question: str, articles: list) -> Passage | None:

@@ -114,6 +114,34 @@ def worked_sum(question: str, passage: str, plans: frozenset[str] = frozenset())
     return _cost_sum(line, users, months, years, _asked_period(question, months, years))
 
 
+# A count said bare in a follow-up of a sum ("and for 7?", "what if we're 9"): a number of users.
+_BARE_COUNT = re.compile(rf"\b(?:for|with|if we(?:'re| are)|if there(?:'re| are)|we(?:'re| are)) (?:only |just )?"
+                         rf"{_COUNT}\s*\??\s*$", re.I)
+
+
+def carried_sum(previous: str, follow_up: str, plans: frozenset[str]) -> str:
+    """The sum a follow-up asks by changing a term of the customer's sum before it, written out whole, or "":
+    "and monthly?" after "what would 5 of us pay a year on team" is "how much would 5 users on team cost per
+    month?", and "and for 7?" is 7 users a year on team. Only where the message before priced a number of users and
+    the follow-up changes the period, the count or the plan, one at most of each; the follow-up's own words follow
+    the sum, so what worked_sum refuses in them (a discount, tax, an app store) is still refused."""
+    users = users_asked(previous)
+    said_users = users_asked(follow_up) or _single(_counts(_BARE_COUNT, follow_up))
+    said_period = _asked_period(follow_up, 0, 0)
+    said_plans = plans & word_set(follow_up)
+    if users <= 0 or said_users < 0 or said_period == "both" or len(said_plans) > 1:
+        return ""
+    if not (said_users or said_period or said_plans):
+        return ""
+    period = said_period or _asked_period(previous, 0, 0)
+    named = said_plans or plans & word_set(previous)
+    if period == "both" or len(named) > 1:
+        return ""
+    on = f" on {next(iter(named))}" if named else ""
+    per = f" per {period}" if period else ""
+    return f"how much would {said_users or users} users{on} cost{per}? {follow_up}"
+
+
 def asks_for_add_on(question: str) -> bool:
     """Whether the question asks for storage on top of its plan ("if i add the extra terabyte thing")."""
     return bool(_ASKS_ADD_ON.search(question))

@@ -8,7 +8,7 @@ from cache import AnswerCache
 from cache.records import DECLINED, HANDED_OFF, STAFF_TEXT, Hit
 from decoding import Engine, StepConfig
 
-from .figures import sum_figures
+from .figures import followed_sum, sum_figures
 from .grounding import contains
 from .grounds import ArticlePick, Grounds
 from .passages import Passage, answer_source, article_source, article_units, best_passage
@@ -146,10 +146,16 @@ class TurnPlanner:
         state = service_state(question) if self.settings.check_sources else ""
         if state:
             return Unanswered(question, session_id, HANDED_OFF, f"asks about the service's state right now ({state!r})")
+        asked_before = [m.content for m in conversation if m.role == "user"]
+        followed = followed_sum(question, asked_before, self.cache, self.words.vocabulary()) \
+            if self.settings.check_sources else None
+        if followed is not None:
+            return Unanswered(question, session_id, STAFF_TEXT, "a follow-up of a sum: worked from the article's "
+                              "figures", followed)
         # A follow-up is retrieved with the customer's question before it even when that one was handed off ("can i
         # get the earlier one back" then "how far back does that go on personal"): the prompt leaves it out, the
         # retrieval needs it.
-        grounds = self.find_grounds(question, [m.content for m in conversation if m.role == "user"])
+        grounds = self.find_grounds(question, asked_before)
         if self.settings.check_sources and needs_sum(question):
             passage = sum_figures(question, grounds.asked, grounds.article.id if grounds.article else None,
                                   self.cache, self.words.vocabulary())

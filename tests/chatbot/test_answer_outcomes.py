@@ -275,3 +275,22 @@ def test_a_sum_is_worked_from_the_quoted_figures_and_a_named_discount_from_the_l
     pair = "me and my sister want team, whats it cost per year"  # "it" in a first message: not a follow-up
     figures = sum_figures(pair, pair, "upgrade-plan", cache, words)
     assert figures.worked.endswith("3 users × $120 per user per year = $360 per year.")
+
+
+def test_a_follow_up_that_changes_a_term_of_a_sum_gets_the_sum_with_it_changed(service):
+    """"and monthly?" after a worked sum got the whole price list, and "and for 7?" after that the model's summary of
+    the plans: each now gets the sum with the term it names changed, the others carried from the sum before."""
+    first = "what would 5 of us pay a year on team"
+    history = []
+    for message, worked in ((first, "5 users × $120 per user per year = $600 per year"),
+                            ("and monthly?", "5 users × $12 per user per month = $60 per month"),
+                            ("and for 7?", "7 users × $12 per user per month = $84 per month")):
+        planned = service.planner.plan(message, history, "s")
+        assert planned.outcome == STAFF_TEXT and planned.passage.worked.endswith(f"{worked}."), message
+        history += [{"role": "user", "content": message}, {"role": "assistant", "content": planned.passage.text}]
+    invite = service.planner.plan("and how do i invite them", history, "s")
+    assert getattr(invite, "passage", None) is None or not invite.passage.worked  # not a sum: the turn goes on
+    hired = [{"role": "user", "content": "hired 3 people this week, how do i get them onto our nimbus team"},
+             {"role": "assistant", "content": "Team Admins invite people from the Admin console."}]
+    seats = service.planner.plan("we already use all 10 seats we pay for though", hired, "s")
+    assert "a follow-up of a sum" not in getattr(seats, "reason", "")  # no sum was asked before it

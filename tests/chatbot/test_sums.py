@@ -124,3 +124,21 @@ def test_a_plan_and_its_storage_add_on_are_worked_together_from_both_lines():
         figures = add_on_figures(unsettled, articles)
         assert figures.worked == "" and "add-on for $5 per month" in figures.text, unsettled  # the figures alone
     assert add_on_figures("we're on team, if we add extra storage how much a month?", articles) is None  # Personal's
+
+
+def test_a_follow_up_that_changes_a_term_of_a_sum_is_worked_with_it_changed():
+    """"and monthly?" after "what would 5 of us pay a year on team" showed the price list and no sum: the count and
+    the plan are carried over from the message before, the period is the follow-up's."""
+    from chatbot.sums import carried_sum
+
+    before = "what would 5 of us pay a year on team"
+    for follow_up, worked in (("and monthly?", "Team: 5 users × $12 per user per month = $60 per month."),
+                              ("and for 7?", "Team: 7 users × $120 per user per year = $840 per year."),
+                              ("what if we're 9", "Team: 9 users × $120 per user per year = $1,080 per year.")):
+        assert worked_sum(carried_sum(before, follow_up, PLANS), TEAM, PLANS) == worked, follow_up
+    assert worked_sum(carried_sum(before, "and on personal?", PLANS), PERSONAL, PLANS) == ""  # not priced per user
+    for unchanged in ("is that before tax?", "and with the nonprofit discount?", "ok thanks"):
+        assert carried_sum(before, unchanged, PLANS) == "", unchanged
+    assert carried_sum("how do i share a folder", "and monthly?", PLANS) == ""  # no sum before it
+    assert carried_sum(before, "and monthly, in euros?", PLANS).endswith("in euros?")  # what worked_sum refuses
+    assert worked_sum(carried_sum(before, "and monthly, in euros?", PLANS), TEAM, PLANS) == ""
