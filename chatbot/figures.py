@@ -50,14 +50,15 @@ def followed_sum(question: str, asked_before: list[str], cache: AnswerCache, voc
     the figures and the sum worked with that term changed (chatbot/sums.py `carried_sum`); None where it changes
     none or nothing is worked, and the turn goes on as any other. `asked_before`: the customer's earlier messages.
     The figures are the carried sum's own, found as a first question's are (the follow-up's words retrieve little)."""
-    plans = _plans(cache.list_articles())
     summed = [i for i, message in enumerate(asked_before) if needs_sum(message)]
-    carried = asked_before[summed[-1]] if summed else ""
-    for follow_up in [*asked_before[summed[-1] + 1 :], question] if summed else []:
+    if not summed:
+        return None
+    plans, carried = _plans(cache.list_articles()), asked_before[summed[-1]]
+    for follow_up in [*asked_before[summed[-1] + 1 :], question]:
         carried = carried_sum(carried, follow_up, plans) if reads_as_follow_up(follow_up) else ""
         if not carried:
             return None
-    figures = sum_figures(carried, carried, None, cache, vocabulary) if carried else None
+    figures = sum_figures(carried, carried, None, cache, vocabulary)
     return figures if figures is not None and figures.worked else None
 
 

@@ -84,8 +84,8 @@ inline float score(const float* q, const T* k, int64_t dim) {
   return dot(q, k, dim);
 }
 
-// The input a rotary embedding pairs with input d of a head of 2 * half: (d + half) % (2 * half), without the
-// division, which took a tenth of 8 rows' attention.
+// The input a rotary embedding pairs with input d of a head of 2 * half: (d + half) % (2 * half), without a 64-bit
+// division for every input of every row.
 inline int64_t rotary_partner(int64_t d, int64_t half) { return d < half ? d + half : d - half; }
 
 constexpr int kChunk = 4;  // a lone lane's rows are cut into tasks of at least this many (run)
